@@ -1,0 +1,8 @@
+#pragma once
+/// @file
+/// Everything coverbs offers, in one include.
+#include <coverbs/access.hpp>
+#include <coverbs/device.hpp>
+#include <coverbs/error.hpp>
+#include <coverbs/memory_region.hpp>
+#include <coverbs/protection_domain.hpp>

@@ -1,0 +1,130 @@
+#pragma once
+/// @file
+/// The error layer: every failure coverbs reports is a `boost::system::error_code` (the type Asio
+/// completion handlers receive) in one of three categories:
+///  - `wc_errc`: the status of a failed work completion (`ibv_wc_status`), values equal to the verbs enum;
+///  - `errc`: conditions the library itself detects (no device, a bad bind request, ...);
+///  - `boost::system::system_category()`: an errno from the kernel or a provider.
+///
+/// rdma-core reports failure in four ways; the `verbs_*` functions below are the only place in coverbs
+/// that translates them, so the rest of the library never reads `errno` itself:
+///  1. returns `NULL` and sets errno        — ibv_open_device, ibv_alloc_pd, ibv_reg_mr, ibv_create_qp ...
+///  2. returns an errno value (0 = success) — ibv_modify_qp, ibv_query_port, ibv_post_send, ibv_dereg_mr ...
+///  3. returns -1 and sets errno            — ibv_get_cq_event, ibv_query_gid, the rdma_* calls of librdmacm
+///  4. returns a negative errno             — ibv_query_gid_table, ibv_query_gid_ex
+/// and `ibv_rereg_mr` returns a negative `ibv_rereg_mr_err_code` with errno set (see `verbs_rereg_result`).
+///
+/// @par Thread Safety
+/// Everything here is safe to call from any thread.
+
+#include <boost/system/error_code.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <infiniband/verbs.h>
+
+#include <string>
+#include <type_traits>
+
+namespace coverbs {
+
+using error_code = boost::system::error_code;
+using system_error = boost::system::system_error;
+
+/// The status of a work completion (`ibv_wc::status`) as an error code. Values equal `ibv_wc_status`,
+/// so `wc_errc(wc.status)` is a plain conversion. Messages say what the IBA status means and what
+/// usually causes it.
+enum class wc_errc : int {
+  success = IBV_WC_SUCCESS,
+  loc_len_err = IBV_WC_LOC_LEN_ERR,
+  loc_qp_op_err = IBV_WC_LOC_QP_OP_ERR,
+  loc_eec_op_err = IBV_WC_LOC_EEC_OP_ERR,
+  loc_prot_err = IBV_WC_LOC_PROT_ERR,
+  wr_flush_err = IBV_WC_WR_FLUSH_ERR,
+  mw_bind_err = IBV_WC_MW_BIND_ERR,
+  bad_resp_err = IBV_WC_BAD_RESP_ERR,
+  loc_access_err = IBV_WC_LOC_ACCESS_ERR,
+  rem_inv_req_err = IBV_WC_REM_INV_REQ_ERR,
+  rem_access_err = IBV_WC_REM_ACCESS_ERR,
+  rem_op_err = IBV_WC_REM_OP_ERR,
+  retry_exc_err = IBV_WC_RETRY_EXC_ERR,
+  rnr_retry_exc_err = IBV_WC_RNR_RETRY_EXC_ERR,
+  loc_rdd_viol_err = IBV_WC_LOC_RDD_VIOL_ERR,
+  rem_inv_rd_req_err = IBV_WC_REM_INV_RD_REQ_ERR,
+  rem_abort_err = IBV_WC_REM_ABORT_ERR,
+  inv_eecn_err = IBV_WC_INV_EECN_ERR,
+  inv_eec_state_err = IBV_WC_INV_EEC_STATE_ERR,
+  fatal_err = IBV_WC_FATAL_ERR,
+  resp_timeout_err = IBV_WC_RESP_TIMEOUT_ERR,
+  general_err = IBV_WC_GENERAL_ERR,
+  tm_err = IBV_WC_TM_ERR,
+  tm_rndv_incomplete = IBV_WC_TM_RNDV_INCOMPLETE,
+};
+
+/// Conditions coverbs detects itself, before or instead of asking the device.
+enum class errc : int {
+  /// No RDMA device: the kernel has no RDMA support or no device is configured.
+  no_device = 1,
+  /// A device was asked for by a name that no device has.
+  device_not_found,
+  /// The port number is outside 1..phys_port_cnt.
+  invalid_port,
+  /// The port has no GID usable for RoCE v2 / IB addressing.
+  no_usable_gid,
+  /// The device does not support the requested memory-window type (device_caps says which it has).
+  mw_type_unsupported,
+  /// A range lies (partly) outside the memory region it refers to (IBA C10-75 for windows).
+  range_outside_region,
+  /// Rights were asked for that the memory region does not grant (a window's rights are the
+  /// intersection of its own and its region's).
+  access_exceeds_region,
+  /// A verb failed without saying why (it returned failure and left errno at 0).
+  unspecified_verbs_failure,
+};
+
+/// The category of `wc_errc` values; name "coverbs.wc".
+const boost::system::error_category& wc_category() noexcept;
+/// The category of `errc` values; name "coverbs".
+const boost::system::error_category& coverbs_category() noexcept;
+
+inline error_code make_error_code(wc_errc e) noexcept { return {static_cast<int>(e), wc_category()}; }
+inline error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), coverbs_category()}; }
+
+/// The error code of a work completion's status (`ibv_wc::status`); success for IBV_WC_SUCCESS.
+inline error_code make_error_code(ibv_wc_status status) noexcept {
+  return status == IBV_WC_SUCCESS ? error_code{} : make_error_code(static_cast<wc_errc>(status));
+}
+
+/// An errno value as an error code in the system category (0 → success).
+inline error_code errno_code(int err) noexcept {
+  return err == 0 ? error_code{} : error_code{err, boost::system::system_category()};
+}
+
+// --- the translation of rdma-core's conventions (see the file comment) ---
+
+/// Convention 1: a verb that returns a pointer, NULL on failure with errno set. Reads errno, so call
+/// it right after the verb. @returns success when `result` is not null.
+error_code verbs_null_result(const void* result) noexcept;
+
+/// Convention 2 and 4: a verb that returns 0 on success, else an errno value (positive, or negative
+/// as some providers and the gid-table calls do). A negative count-style result is never passed here.
+error_code verbs_status_result(long rc) noexcept;
+
+/// Convention 3: a verb that returns -1 (or any negative) on failure and sets errno. Reads errno.
+error_code verbs_errno_result(long rc) noexcept;
+
+/// `ibv_rereg_mr`: 0, or a negative `ibv_rereg_mr_err_code` with errno set. The errno is reported
+/// (EOPNOTSUPP where the provider cannot rereg, as rxe); `region_still_valid` tells whether the old
+/// registration survived (false for IBV_REREG_MR_ERR_DONT_FORK_NEW / _CMD_AND_DO_FORK_NEW).
+error_code verbs_rereg_result(int rc, bool& region_still_valid) noexcept;
+
+/// Throws `system_error(ec, what)` when `ec` is an error. `what` names the verb and its arguments.
+inline void throw_on_error(const error_code& ec, const std::string& what) {
+  if (ec) throw system_error(ec, what);
+}
+
+} // namespace coverbs
+
+template <>
+struct boost::system::is_error_code_enum<coverbs::wc_errc> : std::true_type {};
+template <>
+struct boost::system::is_error_code_enum<coverbs::errc> : std::true_type {};

@@ -1,0 +1,79 @@
+#pragma once
+/// @file
+/// `memory_region`: synchronous registration of memory with a protection domain (ibv_reg_mr(3)).
+/// Registration pins the pages and can take milliseconds for large buffers; the asynchronous form
+/// that keeps the event loop free is `coverbs::reg_mr` (registration_service.hpp).
+
+#include <coverbs/access.hpp>
+#include <coverbs/error.hpp>
+
+#include <infiniband/verbs.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace coverbs {
+
+class protection_domain;
+
+/// Move-only owner of a registered memory region (`ibv_reg_mr` / `ibv_dereg_mr`).
+///
+/// Lifetime: the protection domain outlives the region; the memory stays allocated while registered;
+/// windows bound to the region are invalidated before it is deregistered (the verb answers EBUSY).
+/// @par Thread Safety
+/// Distinct objects: safe. Shared objects: unsafe.
+class memory_region {
+public:
+  memory_region() noexcept = default;
+
+  /// Registers `buffer` (pointer + length in bytes) with `pd`, granting `rights`.
+  /// @throws system_error from ibv_reg_mr(3): EINVAL (bad rights — `remote_write` or `remote_atomic`
+  /// without `local_write` — or a zero-length buffer), EFAULT (memory not mapped), ENOMEM (out of
+  /// resources or over RLIMIT_MEMLOCK), EOPNOTSUPP (a right the device lacks, e.g. `on_demand`).
+  /// The message names the verb, the buffer and the rights, and the likely cause.
+  memory_region(protection_domain& pd, std::span<std::byte> buffer, access rights);
+  /// As above; on failure sets `ec` and leaves the region empty.
+  memory_region(protection_domain& pd, std::span<std::byte> buffer, access rights, error_code& ec) noexcept;
+
+  /// Takes ownership of a region registered elsewhere with `rights` (deregistered on destruction).
+  static memory_region adopt(ibv_mr* mr, access rights) noexcept { return memory_region(mr, rights); }
+
+  memory_region(memory_region&& other) noexcept;
+  memory_region& operator=(memory_region&& other) noexcept;
+  memory_region(const memory_region&) = delete;
+  memory_region& operator=(const memory_region&) = delete;
+  ~memory_region();
+
+  std::byte* data() const noexcept { return mr_ ? static_cast<std::byte*>(mr_->addr) : nullptr; }
+  /// Length in bytes.
+  std::size_t size() const noexcept { return mr_ ? mr_->length : 0; }
+  std::span<std::byte> buffer() const noexcept { return {data(), size()}; }
+  /// Local key, for scatter/gather entries of this process's work requests.
+  std::uint32_t lkey() const noexcept { return mr_ ? mr_->lkey : 0; }
+  /// Remote key of the whole region (meaningful when it grants a remote right).
+  std::uint32_t rkey() const noexcept { return mr_ ? mr_->rkey : 0; }
+  access rights() const noexcept { return rights_; }
+  ibv_pd* pd() const noexcept { return mr_ ? mr_->pd : nullptr; }
+  ibv_mr* native_handle() const noexcept { return mr_; }
+  explicit operator bool() const noexcept { return mr_ != nullptr; }
+
+  /// True when [`p`, `p + n`) lies inside the region.
+  bool contains(const void* p, std::size_t n) const noexcept;
+
+  /// Deregisters now. @throws system_error with the errno of ibv_dereg_mr(3) (EBUSY: windows are
+  /// still bound to it); the region then stays registered.
+  void deregister();
+  /// As above, reporting through `ec`.
+  void deregister(error_code& ec) noexcept;
+
+  /// Gives up ownership without deregistering.
+  ibv_mr* release() noexcept;
+
+private:
+  memory_region(ibv_mr* mr, access rights) noexcept : mr_(mr), rights_(mr ? rights : access::none) {}
+  ibv_mr* mr_ = nullptr;
+  access rights_ = access::none;
+};
+
+} // namespace coverbs

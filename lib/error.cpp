@@ -1,0 +1,128 @@
+#include <coverbs/error.hpp>
+
+#include <cerrno>
+#include <string>
+
+namespace coverbs {
+namespace {
+
+class wc_category_impl final : public boost::system::error_category {
+public:
+  const char* name() const noexcept override { return "coverbs.wc"; }
+  std::string message(int ev) const override;
+};
+
+std::string wc_category_impl::message(int ev) const {
+  switch (static_cast<wc_errc>(ev)) {
+  case wc_errc::success: return "success";
+  case wc_errc::loc_len_err:
+    return "local length error (IBV_WC_LOC_LEN_ERR): a receive buffer is too small for the incoming message, "
+           "or a send exceeds the port's maximum message size";
+  case wc_errc::loc_qp_op_err:
+    return "local QP operation error (IBV_WC_LOC_QP_OP_ERR): the work request is inconsistent with the queue "
+           "pair (wrong opcode for its type or state, too many scatter/gather entries, inline data too long)";
+  case wc_errc::loc_eec_op_err: return "local EE context operation error (IBV_WC_LOC_EEC_OP_ERR)";
+  case wc_errc::loc_prot_err:
+    return "local protection error (IBV_WC_LOC_PROT_ERR): a local buffer's lkey is invalid, in another "
+           "protection domain, or the buffer lies outside its region";
+  case wc_errc::wr_flush_err:
+    return "work request flushed (IBV_WC_WR_FLUSH_ERR): the queue pair entered the error state before this "
+           "request ran; an earlier completion carries the cause";
+  case wc_errc::mw_bind_err:
+    return "memory window bind error (IBV_WC_MW_BIND_ERR): the region lacks mw_bind, the rights exceed the "
+           "region's, the range is outside it, or the window's rkey was not advanced (IBA C10-72..C10-75)";
+  case wc_errc::bad_resp_err:
+    return "bad response (IBV_WC_BAD_RESP_ERR): unexpected transport-layer opcode from the responder";
+  case wc_errc::loc_access_err:
+    return "local access error (IBV_WC_LOC_ACCESS_ERR): the local region does not allow this access "
+           "(e.g. an RDMA read or receive into a region without local_write)";
+  case wc_errc::rem_inv_req_err:
+    return "remote invalid request (IBV_WC_REM_INV_REQ_ERR): the responder rejected the request: opcode not "
+           "allowed on its queue pair, message too long, or a misaligned atomic";
+  case wc_errc::rem_access_err:
+    return "remote access error (IBV_WC_REM_ACCESS_ERR): the rkey is invalid, revoked or from another "
+           "protection domain, the range lies outside its region or window, or it lacks the right for this "
+           "operation (remote_read / remote_write / remote_atomic)";
+  case wc_errc::rem_op_err:
+    return "remote operation error (IBV_WC_REM_OP_ERR): the responder could not complete the operation";
+  case wc_errc::retry_exc_err:
+    return "transport retry counter exceeded (IBV_WC_RETRY_EXC_ERR): the peer did not answer; it is gone, "
+           "its queue pair is not in RTR/RTS, or the address (GID, QP number) is wrong";
+  case wc_errc::rnr_retry_exc_err:
+    return "receiver-not-ready retries exceeded (IBV_WC_RNR_RETRY_EXC_ERR): the peer had no receive posted";
+  case wc_errc::loc_rdd_viol_err: return "local RDD violation (IBV_WC_LOC_RDD_VIOL_ERR)";
+  case wc_errc::rem_inv_rd_req_err: return "remote invalid RD request (IBV_WC_REM_INV_RD_REQ_ERR)";
+  case wc_errc::rem_abort_err: return "remote aborted (IBV_WC_REM_ABORT_ERR)";
+  case wc_errc::inv_eecn_err: return "invalid EE context number (IBV_WC_INV_EECN_ERR)";
+  case wc_errc::inv_eec_state_err: return "invalid EE context state (IBV_WC_INV_EEC_STATE_ERR)";
+  case wc_errc::fatal_err: return "fatal error (IBV_WC_FATAL_ERR): the device reported a fatal error";
+  case wc_errc::resp_timeout_err: return "response timeout (IBV_WC_RESP_TIMEOUT_ERR)";
+  case wc_errc::general_err: return "general error (IBV_WC_GENERAL_ERR): the provider reported an unspecified failure";
+  case wc_errc::tm_err: return "tag matching error (IBV_WC_TM_ERR)";
+  case wc_errc::tm_rndv_incomplete: return "tag matching rendezvous incomplete (IBV_WC_TM_RNDV_INCOMPLETE)";
+  }
+  return "unknown work completion status " + std::to_string(ev);
+}
+
+class coverbs_category_impl final : public boost::system::error_category {
+public:
+  const char* name() const noexcept override { return "coverbs"; }
+  std::string message(int ev) const override;
+};
+
+std::string coverbs_category_impl::message(int ev) const {
+  switch (static_cast<errc>(ev)) {
+  case errc::no_device:
+    return "no RDMA device: this kernel has no RDMA support or no RDMA device is configured; to use Soft-RoCE "
+           "without hardware, run the program inside the project's guest: tools/rxe-vm -- PROGRAM [ARGS]";
+  case errc::device_not_found: return "no RDMA device has that name (list them with `coverbs devices` or ibv_devices)";
+  case errc::invalid_port: return "port number out of range (ports are numbered 1 .. device_caps::phys_port_cnt)";
+  case errc::no_usable_gid: return "the port has no valid GID (on RoCE: give its network device an IP address)";
+  case errc::mw_type_unsupported:
+    return "the device does not support this memory-window type (device_caps::mw_type1 / mw_type2a / mw_type2b)";
+  case errc::range_outside_region: return "the range lies outside the memory region (IBA C10-75)";
+  case errc::access_exceeds_region:
+    return "the requested rights exceed the memory region's: a window's rights are the intersection of its own "
+           "and its region's, and a remote write or atomic window needs a region with local_write (IBA C10-74)";
+  case errc::unspecified_verbs_failure: return "a verb failed without reporting a reason (errno was 0)";
+  }
+  return "unknown coverbs error " + std::to_string(ev);
+}
+
+} // namespace
+
+const boost::system::error_category& wc_category() noexcept {
+  static const wc_category_impl category;
+  return category;
+}
+
+const boost::system::error_category& coverbs_category() noexcept {
+  static const coverbs_category_impl category;
+  return category;
+}
+
+namespace {
+error_code from_errno(int err) noexcept {
+  return err == 0 ? make_error_code(errc::unspecified_verbs_failure) : errno_code(err);
+}
+} // namespace
+
+error_code verbs_null_result(const void* result) noexcept {
+  return result != nullptr ? error_code{} : from_errno(errno);
+}
+
+error_code verbs_status_result(long rc) noexcept {
+  if (rc == 0) return {};
+  return errno_code(static_cast<int>(rc < 0 ? -rc : rc));
+}
+
+error_code verbs_errno_result(long rc) noexcept { return rc >= 0 ? error_code{} : from_errno(errno); }
+
+error_code verbs_rereg_result(int rc, bool& region_still_valid) noexcept {
+  region_still_valid = !(rc == IBV_REREG_MR_ERR_DONT_FORK_NEW || rc == IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW);
+  if (rc == 0) return {};
+  const int err = errno;
+  return from_errno(err != 0 ? err : (rc == IBV_REREG_MR_ERR_INPUT ? EINVAL : 0));
+}
+
+} // namespace coverbs

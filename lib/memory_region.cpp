@@ -1,0 +1,103 @@
+#include <coverbs/memory_region.hpp>
+#include <coverbs/protection_domain.hpp>
+
+#include <cerrno>
+#include <cstdio>
+#include <string>
+#include <utility>
+
+namespace coverbs {
+namespace {
+
+std::string describe(std::span<std::byte> buffer, access rights) {
+  char addr[32];
+  std::snprintf(addr, sizeof addr, "%p", static_cast<void*>(buffer.data()));
+  return "ibv_reg_mr(addr=" + std::string(addr) + ", length=" + std::to_string(buffer.size()) +
+         ", access=" + to_string(rights) + ")";
+}
+
+/// The likely cause of a registration failure, from the errno and the request.
+std::string hint(const error_code& ec, std::span<std::byte> buffer, access rights) {
+  if (ec == boost::system::errc::invalid_argument) {
+    if ((has(rights, access::remote_write) || has(rights, access::remote_atomic)) && !has(rights, access::local_write))
+      return " — remote_write and remote_atomic need local_write as well (ibv_reg_mr(3))";
+    if (buffer.empty()) return " — the buffer is empty";
+  }
+  if (ec == boost::system::errc::not_enough_memory)
+    return " — out of device resources or over the locked-memory limit (ulimit -l / RLIMIT_MEMLOCK)";
+  if (ec == boost::system::errc::bad_address) return " — the buffer is not mapped memory of this process";
+  if (ec == boost::system::errc::operation_not_supported) return " — the device does not support a requested right";
+  return {};
+}
+
+} // namespace
+
+memory_region::memory_region(protection_domain& pd, std::span<std::byte> buffer, access rights,
+                             error_code& ec) noexcept {
+  if (!pd) {
+    ec = errno_code(EBADF);
+    return;
+  }
+  mr_ = ibv_reg_mr(pd.native_handle(), buffer.data(), buffer.size(), to_verbs(rights));
+  ec = verbs_null_result(mr_);
+  if (!ec) rights_ = rights;
+}
+
+memory_region::memory_region(protection_domain& pd, std::span<std::byte> buffer, access rights) {
+  error_code ec;
+  *this = memory_region(pd, buffer, rights, ec);
+  if (ec) throw system_error(ec, describe(buffer, rights) + hint(ec, buffer, rights));
+}
+
+memory_region::memory_region(memory_region&& other) noexcept
+    : mr_(std::exchange(other.mr_, nullptr)), rights_(std::exchange(other.rights_, access::none)) {}
+
+memory_region& memory_region::operator=(memory_region&& other) noexcept {
+  if (this != &other) {
+    error_code ignored;
+    deregister(ignored);
+    mr_ = std::exchange(other.mr_, nullptr);
+    rights_ = std::exchange(other.rights_, access::none);
+  }
+  return *this;
+}
+
+memory_region::~memory_region() {
+  error_code ec;
+  deregister(ec);
+  if (ec)
+    std::fprintf(stderr,
+                 "coverbs: ibv_dereg_mr failed (%s); the region stays registered: invalidate its "
+                 "memory windows first\n",
+                 ec.message().c_str());
+}
+
+bool memory_region::contains(const void* p, std::size_t n) const noexcept {
+  if (!mr_) return false;
+  const auto begin = reinterpret_cast<std::uintptr_t>(mr_->addr);
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  return at >= begin && n <= mr_->length && at - begin <= mr_->length - n;
+}
+
+void memory_region::deregister(error_code& ec) noexcept {
+  ec = {};
+  if (!mr_) return;
+  ec = verbs_status_result(ibv_dereg_mr(mr_));
+  if (!ec) {
+    mr_ = nullptr;
+    rights_ = access::none;
+  }
+}
+
+void memory_region::deregister() {
+  error_code ec;
+  deregister(ec);
+  throw_on_error(ec, "ibv_dereg_mr");
+}
+
+ibv_mr* memory_region::release() noexcept {
+  rights_ = access::none;
+  return std::exchange(mr_, nullptr);
+}
+
+} // namespace coverbs

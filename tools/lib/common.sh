@@ -1,0 +1,28 @@
+# Shared by the scripts in tools/: messages, the cache folder, and what "the guest is ready" means.
+# shellcheck shell=bash
+
+prog=$(basename "$0")
+say() { printf '%s: %s\n' "$prog" "$*" >&2; }
+die() { printf '%s: error: %s\n' "$prog" "$*" >&2; exit 1; }
+
+COVERBS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+COVERBS_CACHE=${COVERBS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/coverbs}
+COVERBS_GUEST_DIR=$COVERBS_CACHE/guest
+COVERBS_LOG_DIR=$COVERBS_CACHE/logs
+mkdir -p "$COVERBS_LOG_DIR"
+
+# The guest image depends on these files; a change to any of them rebuilds it.
+guest_stamp() {
+  cat "$COVERBS_ROOT/tools/lib/make-guest" "$COVERBS_ROOT/tools/lib/guest-init" | sha256sum | cut -d' ' -f1
+}
+
+guest_ready() {
+  [ -s "$COVERBS_GUEST_DIR/vmlinuz" ] && [ -s "$COVERBS_GUEST_DIR/initramfs.cpio.gz" ] &&
+    [ -s "$COVERBS_GUEST_DIR/kernel-version" ] &&
+    [ "$(cat "$COVERBS_GUEST_DIR/stamp" 2>/dev/null)" = "$(guest_stamp)" ]
+}
+
+# True when this host already has an RDMA device (then tests run on it directly).
+host_has_rdma() {
+  compgen -G '/sys/class/infiniband/*' >/dev/null 2>&1
+}
