@@ -2,6 +2,7 @@
 /// @file
 /// Everything coverbs offers, in one include.
 #include <coverbs/access.hpp>
+#include <coverbs/buffer.hpp>
 #include <coverbs/device.hpp>
 #include <coverbs/error.hpp>
 #include <coverbs/memory_region.hpp>
