@@ -1,5 +1,7 @@
 #include <coverbs/error.hpp>
 
+#include <sys/resource.h>
+
 #include <cerrno>
 #include <string>
 
@@ -68,7 +70,31 @@ class coverbs_category_impl final : public boost::system::error_category {
 public:
   const char* name() const noexcept override { return "coverbs"; }
   std::string message(int ev) const override;
+  boost::system::error_condition default_error_condition(int ev) const noexcept override;
 };
+
+/// "8 MiB" / "unlimited": RLIMIT_MEMLOCK's soft limit now.
+std::string memlock_limit_string() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_MEMLOCK, &lim) != 0) return "unknown";
+  if (lim.rlim_cur == RLIM_INFINITY) return "unlimited";
+  const auto kib = static_cast<unsigned long long>(lim.rlim_cur) / 1024;
+  return kib % 1024 == 0 ? std::to_string(kib / 1024) + " MiB" : std::to_string(kib) + " KiB";
+}
+
+boost::system::error_condition coverbs_category_impl::default_error_condition(int ev) const noexcept {
+  using boost::system::errc::make_error_condition;
+  namespace sys = boost::system::errc;
+  switch (static_cast<errc>(ev)) {
+  case errc::memlock_exhausted: return make_error_condition(sys::not_enough_memory);
+  case errc::rights_need_local_write:
+  case errc::empty_buffer:
+  case errc::invalid_registration: return make_error_condition(sys::invalid_argument);
+  case errc::buffer_not_mapped: return make_error_condition(sys::bad_address);
+  case errc::userfaultfd_unavailable: return make_error_condition(sys::operation_not_permitted);
+  default: return {ev, *this};
+  }
+}
 
 std::string coverbs_category_impl::message(int ev) const {
   switch (static_cast<errc>(ev)) {
@@ -85,6 +111,25 @@ std::string coverbs_category_impl::message(int ev) const {
     return "the requested rights exceed the memory region's: a window's rights are the intersection of its own "
            "and its region's, and a remote write or atomic window needs a region with local_write (IBA C10-74)";
   case errc::unspecified_verbs_failure: return "a verb failed without reporting a reason (errno was 0)";
+  case errc::memlock_exhausted:
+    return "cannot pin the memory (ibv_reg_mr: ENOMEM after retries): the locked-memory limit RLIMIT_MEMLOCK is " +
+           memlock_limit_string() +
+           " and pinned memory counts against it (processes without CAP_IPC_LOCK); raise it (ulimit -l, "
+           "limits.conf memlock, systemd LimitMEMLOCK=) or register less; otherwise the device is out of resources";
+  case errc::rights_need_local_write:
+    return "ibv_reg_mr: EINVAL: argument `rights` asks for remote_write or remote_atomic without local_write "
+           "(add access::local_write)";
+  case errc::empty_buffer: return "ibv_reg_mr: EINVAL: argument `buffer` is empty (register at least one byte)";
+  case errc::invalid_registration:
+    return "ibv_reg_mr: EINVAL: the device rejected argument `rights` or the length of argument `buffer` "
+           "(check device_caps and the rights the device supports)";
+  case errc::buffer_not_mapped:
+    return "ibv_reg_mr: EFAULT: argument `buffer` is not entirely mapped memory of this process, or it is "
+           "read-only while `rights` asks for local_write or remote_write";
+  case errc::userfaultfd_unavailable:
+    return "userfaultfd(2) was refused, so unmapped memory cannot be detected: allow it with "
+           "`sysctl vm.unprivileged_userfaultfd=1`, CAP_SYS_PTRACE, or access to /dev/userfaultfd; until then "
+           "invalidate cached registrations explicitly";
   }
   return "unknown coverbs error " + std::to_string(ev);
 }

@@ -79,6 +79,25 @@ enum class errc : int {
   access_exceeds_region,
   /// A verb failed without saying why (it returned failure and left errno at 0).
   unspecified_verbs_failure,
+
+  // --- registration (registration_service.hpp); each compares equal to the errno it refines ---
+  /// ibv_reg_mr answered ENOMEM after every retry. The message prints RLIMIT_MEMLOCK (read when the
+  /// message is made). Equivalent to `boost::system::errc::not_enough_memory`.
+  memlock_exhausted,
+  /// ibv_reg_mr EINVAL: argument `rights` asks for remote_write or remote_atomic without local_write.
+  /// Equivalent to `boost::system::errc::invalid_argument`.
+  rights_need_local_write,
+  /// ibv_reg_mr EINVAL: argument `buffer` is empty. Equivalent to `invalid_argument`.
+  empty_buffer,
+  /// ibv_reg_mr EINVAL for another reason (a right the device rejects, a length over the device's limit).
+  /// Equivalent to `invalid_argument`.
+  invalid_registration,
+  /// ibv_reg_mr EFAULT: argument `buffer` is not (all) mapped memory of this process, or is read-only
+  /// while `rights` asks for a write right. Equivalent to `boost::system::errc::bad_address`.
+  buffer_not_mapped,
+  /// The userfaultfd(2) system call was refused, so the registration cache cannot see memory being
+  /// unmapped; the message says how to allow it. Equivalent to `operation_not_permitted`.
+  userfaultfd_unavailable,
 };
 
 /// The category of `wc_errc` values; name "coverbs.wc".

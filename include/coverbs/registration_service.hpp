@@ -1,0 +1,250 @@
+#pragma once
+/// @file
+/// Asynchronous memory registration: `registration_service` runs ibv_reg_mr(3) / ibv_dereg_mr(3) /
+/// ibv_rereg_mr(3) on worker threads, so pinning 512 MiB (tens of milliseconds) never stalls an event
+/// loop, and completes each request on the requester's executor:
+///
+/// @code
+/// coverbs::registration_service service(io.get_executor(), {.threads = 2});
+/// coverbs::memory_region mr = co_await coverbs::reg_mr(service, pd, buffer, access::local_write);
+/// coverbs::shared_region part = co_await coverbs::reg_shared(service, pd, slice, access::local_write);
+/// @endcode
+///
+/// Three modes: pure asynchronous (`reg_mr`, one region per request, owned by the caller), batch
+/// (`reg_shared`: requests for overlapping or adjacent ranges with the same PD and rights, made in the same
+/// turn of the caller's loop or still queued, share one registration), and prefetch (`buffer_pool`).
+///
+/// Every request moves through posted → running → completed | failed | cancelled; the transitions are
+/// atomic, so a cancellation racing a worker that finishes has exactly one outcome.
+
+#include <coverbs/access.hpp>
+#include <coverbs/buffer.hpp>
+#include <coverbs/detail/registration_core.hpp>
+#include <coverbs/error.hpp>
+#include <coverbs/memory_region.hpp>
+#include <coverbs/protection_domain.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+
+namespace coverbs {
+
+/// The verbs the workers run, replaceable (tests inject a fake). Implementations are called from worker
+/// threads, concurrently, and report errors as plain errno codes (the service classifies them).
+class registrar {
+public:
+  virtual ~registrar() = default;
+  /// ibv_reg_mr(3): returns the region, or nullptr with `ec` set.
+  virtual ibv_mr* reg_mr(ibv_pd* pd, std::span<std::byte> buffer, access rights, error_code& ec) noexcept = 0;
+  /// ibv_dereg_mr(3).
+  virtual error_code dereg_mr(ibv_mr* mr) noexcept = 0;
+  /// ibv_rereg_mr(3) with IBV_REREG_MR_CHANGE_* `flags`; `still_valid` says whether `mr` survived a failure.
+  virtual error_code rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, std::span<std::byte> buffer, access rights,
+                              bool& still_valid) noexcept = 0;
+};
+
+/// The registrar that calls libibverbs (the default).
+std::shared_ptr<registrar> verbs_registrar();
+
+/// Retries of ibv_reg_mr answering ENOMEM or EAGAIN (pinning can fail transiently under memory pressure).
+struct retry_policy {
+  /// Tries in all (1: no retry).
+  unsigned attempts = 4;
+  /// Pause before the first retry; each further pause is `multiplier` times longer, up to `max_backoff`.
+  std::chrono::microseconds first_backoff{1000};
+  unsigned multiplier = 4;
+  std::chrono::microseconds max_backoff{50000};
+};
+
+struct registration_options {
+  /// Worker threads (at least 1). Registrations of one process serialize partly in the kernel
+  /// (mmap_lock), so more than a few rarely helps.
+  std::size_t threads = 1;
+  retry_policy retry{};
+};
+
+/// What the service has done; read with `registration_service::stats()`. Counters only grow except the
+/// gauges (`held`, `bytes_held`, `shared_live`, `in_flight`).
+struct registration_stats {
+  std::uint64_t registered = 0;   ///< successful ibv_reg_mr calls
+  std::uint64_t deregistered = 0; ///< successful ibv_dereg_mr calls (cancellations, shared regions, dereg)
+  std::uint64_t handed_over = 0;  ///< regions whose ownership went to a caller (`reg_mr`, `rereg`)
+  std::uint64_t taken_back = 0;   ///< regions callers gave to the service (`dereg`, `rereg`)
+  std::int64_t bytes_held = 0;    ///< bytes pinned by registrations the service (or a shared_region) owns
+  std::uint64_t shared_live = 0;  ///< shared registrations alive (batch mode, cache)
+  std::uint64_t completed = 0, failed = 0, cancelled = 0; ///< requests by outcome
+  std::uint64_t retries = 0;                              ///< ENOMEM/EAGAIN retries
+  std::uint64_t merged = 0; ///< reg_shared requests served by a registration another request asked for
+  std::uint64_t rereg_in_place = 0, rereg_fallbacks = 0;
+  std::uint64_t in_flight = 0; ///< requests not yet completed
+
+  /// Registrations that exist and are not the callers' (0 when nothing is left behind).
+  std::int64_t held() const noexcept {
+    return static_cast<std::int64_t>(registered + taken_back) - static_cast<std::int64_t>(deregistered + handed_over);
+  }
+};
+
+/// A part of a registration shared with other holders (batch mode and the cache): the requested bytes, the
+/// registration's keys, and shared ownership of it. The registration is deregistered when its last holder
+/// lets go. Cheap to copy.
+/// @par Thread Safety
+/// Distinct objects: safe. Shared objects: unsafe (like std::shared_ptr).
+class shared_region {
+public:
+  shared_region() noexcept = default;
+  shared_region(std::shared_ptr<const detail::shared_mr> mr, std::span<std::byte> bytes) noexcept
+      : mr_(std::move(mr)), bytes_(bytes) {}
+
+  /// The requested bytes (a part of the registration).
+  std::span<std::byte> buffer() const noexcept { return bytes_; }
+  std::byte* data() const noexcept { return bytes_.data(); }
+  /// Length in bytes.
+  std::size_t size() const noexcept { return bytes_.size(); }
+  std::uint32_t lkey() const noexcept { return mr_ ? mr_->native_handle()->lkey : 0; }
+  std::uint32_t rkey() const noexcept { return mr_ ? mr_->native_handle()->rkey : 0; }
+  access rights() const noexcept { return mr_ ? mr_->rights() : access::none; }
+  /// The requested bytes with the lkey, for data-path operations.
+  registered_span span() const noexcept { return {bytes_, lkey()}; }
+  /// The requested bytes as a peer names them (meaningful when the registration grants a remote right).
+  remote_key remote() const noexcept { return {reinterpret_cast<std::uint64_t>(bytes_.data()), bytes_.size(), rkey()}; }
+  /// All the bytes the registration covers (at least `buffer()`).
+  std::span<std::byte> registration() const noexcept {
+    return mr_ ? std::span<std::byte>{mr_->data(), mr_->size()} : std::span<std::byte>{};
+  }
+  /// False once the memory under the registration was unmapped or replaced (registration_cache sets it):
+  /// the keys then name pages the process no longer sees at these addresses.
+  bool valid() const noexcept { return mr_ && !mr_->invalidated(); }
+  /// True when both are parts of the same registration.
+  bool shares_registration_with(const shared_region& o) const noexcept { return mr_ && mr_ == o.mr_; }
+  ibv_mr* native_handle() const noexcept { return mr_ ? mr_->native_handle() : nullptr; }
+  explicit operator bool() const noexcept { return mr_ != nullptr; }
+
+private:
+  std::shared_ptr<const detail::shared_mr> mr_;
+  std::span<std::byte> bytes_;
+};
+
+/// What `rereg` hands back: the region (the old one, unchanged, when the request failed) and how it
+/// was changed.
+struct rereg_result {
+  memory_region region;
+  rereg_method method = rereg_method::in_place;
+};
+
+/// What `rereg` changes; unset fields keep the region's current value.
+struct rereg_request {
+  std::optional<std::span<std::byte>> buffer = std::nullopt; ///< IBV_REREG_MR_CHANGE_TRANSLATION
+  std::optional<access> rights = std::nullopt;               ///< IBV_REREG_MR_CHANGE_ACCESS
+  protection_domain* pd = nullptr;                           ///< IBV_REREG_MR_CHANGE_PD
+};
+
+/// Worker threads that register memory, and the executor requests complete on when their handler has no
+/// associated executor.
+///
+/// Lifetime: protection domains outlive the requests naming them. Destroying the service (or `shutdown()`)
+/// completes every request in flight with `operation_aborted`, deregisters what running requests produce,
+/// and joins the workers; shared_regions it produced stay valid after it is gone.
+/// @par Thread Safety
+/// Thread-safe: requests may be made from any thread.
+class registration_service {
+public:
+  using executor_type = boost::asio::any_io_executor;
+
+  /// @param ex        where handlers without an associated executor complete
+  /// @param options   worker count and retry policy
+  /// @param verbs     the registrar (default: libibverbs)
+  explicit registration_service(executor_type ex, const registration_options& options = {},
+                                std::shared_ptr<registrar> verbs = verbs_registrar());
+  registration_service(const registration_service&) = delete;
+  registration_service& operator=(const registration_service&) = delete;
+  ~registration_service();
+
+  executor_type get_executor() const noexcept { return ex_; }
+  registration_stats stats() const noexcept { return core_->stats(); }
+  /// See the class comment; idempotent. Requests made afterwards complete with operation_aborted.
+  void shutdown() noexcept { core_->shutdown(); }
+
+  /// @private
+  const std::shared_ptr<detail::registration_core>& core() const noexcept { return core_; }
+
+private:
+  executor_type ex_;
+  std::shared_ptr<detail::registration_core> core_;
+};
+
+/// The process-wide service the overloads without a service argument use: one worker, handlers without
+/// an associated executor complete on the system executor. Created on first use.
+registration_service& default_registration_service();
+
+/// Registers `buffer` with `pd` granting `rights`, on a worker thread.
+/// @param buffer  the bytes (page granularity is the kernel's business; any range works)
+/// @par Completion Signature
+/// `void(error_code, memory_region)`; the region is the caller's (deregistered by its destructor, or
+/// asynchronously with `dereg`).
+/// @par Errors
+/// From ibv_reg_mr(3), after classification: `errc::rights_need_local_write`, `errc::empty_buffer`,
+/// `errc::invalid_registration` (EINVAL), `errc::buffer_not_mapped` (EFAULT), `errc::memlock_exhausted`
+/// (ENOMEM after the retries; the message prints RLIMIT_MEMLOCK), EAGAIN after the retries, EOPNOTSUPP (a
+/// right the device lacks), `operation_aborted` (cancelled, or the service shut down).
+/// @par Per-Operation Cancellation
+/// All types. Not yet running: completes with operation_aborted at once. Running: completes with
+/// operation_aborted when the verb returns, after deregistering what it registered.
+/// @par Thread Safety
+/// Any thread. The handler runs on its associated executor (else the service's), never inside this call.
+/// @see ibv_reg_mr(3)
+template <typename CompletionToken = boost::asio::use_awaitable_t<>>
+auto reg_mr(registration_service& service, protection_domain& pd, std::span<std::byte> buffer, access rights,
+            CompletionToken&& token = {});
+/// `reg_mr` on `default_registration_service()`.
+template <typename CompletionToken = boost::asio::use_awaitable_t<>>
+auto reg_mr(protection_domain& pd, std::span<std::byte> buffer, access rights, CompletionToken&& token = {});
+
+/// Batch mode: like `reg_mr`, but the registration may be shared. Requests with the same PD and rights whose
+/// ranges overlap or touch, made in the same turn of the caller's executor or still queued when a worker
+/// gets to them, are served by one registration of their union.
+/// @par Completion Signature
+/// `void(error_code, shared_region)`: the requested bytes inside the shared registration.
+/// @par Errors
+/// As `reg_mr`; every request of a merged batch gets the same error.
+/// @par Per-Operation Cancellation
+/// As `reg_mr`; a cancelled request gives up its share (the registration lives on while others hold it).
+/// @see ibv_reg_mr(3)
+template <typename CompletionToken = boost::asio::use_awaitable_t<>>
+auto reg_shared(registration_service& service, protection_domain& pd, std::span<std::byte> buffer, access rights,
+                CompletionToken&& token = {});
+
+/// Deregisters `region` on a worker thread.
+/// @par Completion Signature
+/// `void(error_code, memory_region)`: on success the region is empty; on failure (EBUSY from
+/// ibv_dereg_mr(3): memory windows still bound) it is handed back, still registered.
+/// @par Per-Operation Cancellation
+/// All types, only before the verb runs (the region is handed back); a running deregistration completes.
+/// @see ibv_dereg_mr(3)
+template <typename CompletionToken = boost::asio::use_awaitable_t<>>
+auto dereg(registration_service& service, memory_region&& region, CompletionToken&& token = {});
+
+/// Changes the translation (buffer), rights or PD of `region` on a worker thread: ibv_rereg_mr(3) where
+/// the provider supports it, else (EOPNOTSUPP, as rxe) registers the new region first and then deregisters
+/// the old one, so a failure leaves the old region intact. `rereg_result::method` says which happened.
+/// @par Completion Signature
+/// `void(error_code, rereg_result)`.
+/// @par Errors
+/// As `reg_mr` for the new parameters; the errno of ibv_rereg_mr(3) other than EOPNOTSUPP.
+/// @par Per-Operation Cancellation
+/// All types, only before the verb runs; a running rereg completes.
+/// @see ibv_rereg_mr(3)
+template <typename CompletionToken = boost::asio::use_awaitable_t<>>
+auto rereg(registration_service& service, memory_region&& region, const rereg_request& change,
+           CompletionToken&& token = {});
+
+} // namespace coverbs
+
+#include <coverbs/impl/registration_service.hpp>

@@ -1,0 +1,107 @@
+#pragma once
+// A registrar that pretends: regions are heap-allocated ibv_mr structs with made-up keys. Tests can make it
+// fail, hold a registration "running" until released, and count what is live.
+#include <coverbs/registration_service.hpp>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <set>
+
+namespace coverbs::test {
+
+class fake_registrar final : public registrar {
+public:
+  ibv_mr* reg_mr(ibv_pd* pd, std::span<std::byte> buffer, access rights, error_code& ec) noexcept override {
+    std::unique_lock lock(mutex_);
+    ++reg_calls_;
+    ++started_;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return !hold_; });
+    if (!failures_.empty()) {
+      ec = failures_.front();
+      failures_.pop_front();
+      return nullptr;
+    }
+    if (buffer.empty()) {
+      ec = errno_code(EINVAL);
+      return nullptr;
+    }
+    auto* mr = new ibv_mr{};
+    mr->pd = pd;
+    mr->addr = buffer.data();
+    mr->length = buffer.size();
+    mr->lkey = mr->rkey = ++next_key_;
+    (void)rights;
+    live_.insert(mr);
+    ec = {};
+    return mr;
+  }
+  error_code dereg_mr(ibv_mr* mr) noexcept override {
+    std::lock_guard lock(mutex_);
+    if (!live_.erase(mr)) return errno_code(EINVAL);
+    delete mr;
+    return {};
+  }
+  error_code rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, std::span<std::byte> buffer, access,
+                      bool& still_valid) noexcept override {
+    std::lock_guard lock(mutex_);
+    still_valid = true;
+    if (!rereg_supported_) return errno_code(EOPNOTSUPP);
+    if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) mr->addr = buffer.data(), mr->length = buffer.size();
+    if (flags & IBV_REREG_MR_CHANGE_PD) mr->pd = pd;
+    mr->lkey = mr->rkey = ++next_key_;
+    return {};
+  }
+
+  /// The next registrations fail with these codes, in order.
+  void fail_next(error_code ec, int times = 1) {
+    std::lock_guard lock(mutex_);
+    for (int i = 0; i < times; ++i)
+      failures_.push_back(ec);
+  }
+  /// While held, reg_mr blocks (the request is "running").
+  void hold() {
+    std::lock_guard lock(mutex_);
+    hold_ = true;
+  }
+  void release() {
+    std::lock_guard lock(mutex_);
+    hold_ = false;
+    changed_.notify_all();
+  }
+  /// Blocks until `n` reg_mr calls have started.
+  void wait_started(int n) {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return started_ >= n; });
+  }
+  void set_rereg_supported(bool on) {
+    std::lock_guard lock(mutex_);
+    rereg_supported_ = on;
+  }
+  std::size_t live() const {
+    std::lock_guard lock(mutex_);
+    return live_.size();
+  }
+  int reg_calls() const {
+    std::lock_guard lock(mutex_);
+    return reg_calls_;
+  }
+  /// Gives a region the caller owns back to this registrar (tests cannot let memory_region call the real verb).
+  void drop(memory_region& mr) {
+    if (ibv_mr* raw = mr.release()) dereg_mr(raw);
+  }
+
+private:
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::set<ibv_mr*> live_;
+  std::deque<error_code> failures_;
+  bool hold_ = false;
+  bool rereg_supported_ = false;
+  int reg_calls_ = 0, started_ = 0;
+  std::uint32_t next_key_ = 0;
+};
+
+} // namespace coverbs::test

@@ -1,0 +1,416 @@
+// registration_service against a fake registrar: the state machine, cancellation, shutdown, retries, error
+// classification, rereg fallback and batch merging, without a device.
+#include <coverbs/registration_service.hpp>
+
+#include "fake_registrar.hpp"
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <optional>
+#include <thread>
+#include <vector>
+
+namespace cv = coverbs;
+namespace asio = boost::asio;
+using cv::error_code;
+
+namespace {
+
+struct fixture {
+  std::shared_ptr<cv::test::fake_registrar> fake = std::make_shared<cv::test::fake_registrar>();
+  asio::io_context io;
+  cv::protection_domain pd; // the fake never looks at it
+  std::vector<std::byte> memory = std::vector<std::byte>(1 << 16);
+  std::span<std::byte> bytes(std::size_t offset, std::size_t n) { return {memory.data() + offset, n}; }
+  cv::registration_options options(std::size_t threads = 1) {
+    cv::registration_options o;
+    o.threads = threads;
+    o.retry.first_backoff = std::chrono::microseconds(1);
+    return o;
+  }
+};
+
+/// Records one completion.
+struct outcome {
+  std::optional<error_code> ec;
+  cv::memory_region region;
+  std::thread::id thread;
+  auto handler() {
+    return [this](error_code e, cv::memory_region r) {
+      ec = e;
+      region = std::move(r);
+      thread = std::this_thread::get_id();
+    };
+  }
+};
+
+} // namespace
+
+TEST_CASE_METHOD(fixture, "a registration completes on the caller's executor, never inside the initiating call",
+                 "[registration]") {
+  cv::registration_service service(io.get_executor(), options(2), fake);
+  outcome got;
+  cv::reg_mr(service, pd, bytes(0, 4096), cv::access::local_write, got.handler());
+  CHECK_FALSE(got.ec);
+  io.run();
+  REQUIRE(got.ec);
+  CHECK_FALSE(*got.ec);
+  CHECK(got.thread == std::this_thread::get_id());
+  CHECK(got.region.data() == memory.data());
+  CHECK(got.region.size() == 4096);
+  CHECK(got.region.rights() == cv::access::local_write);
+  CHECK(fake->live() == 1);
+  const auto s = service.stats();
+  CHECK(s.registered == 1);
+  CHECK(s.handed_over == 1);
+  CHECK(s.held() == 0);
+  CHECK(s.completed == 1);
+  fake->drop(got.region);
+}
+
+TEST_CASE_METHOD(fixture, "co_await reg_mr yields the region", "[registration]") {
+  cv::registration_service service(io.get_executor(), options(), fake);
+  std::uint32_t lkey = 0;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        cv::memory_region mr = co_await cv::reg_mr(service, pd, bytes(0, 8192), cv::access::local_write);
+        lkey = mr.lkey();
+        fake->drop(mr);
+      },
+      asio::detached);
+  io.run();
+  CHECK(lkey != 0);
+  CHECK(fake->live() == 0);
+}
+
+TEST_CASE_METHOD(fixture, "a request cancelled before it runs completes with operation_aborted at once",
+                 "[registration][cancel]") {
+  cv::registration_service service(io.get_executor(), options(1), fake);
+  fake->hold(); // the first request occupies the only worker
+  outcome first, second;
+  cv::reg_mr(service, pd, bytes(0, 4096), cv::access::local_write, first.handler());
+  fake->wait_started(1);
+  asio::cancellation_signal signal;
+  cv::reg_mr(service, pd, bytes(8192, 4096), cv::access::local_write,
+             asio::bind_cancellation_slot(signal.slot(), second.handler()));
+  signal.emit(asio::cancellation_type::terminal);
+  CHECK_FALSE(second.ec); // not inside emit either
+  io.poll();
+  REQUIRE(second.ec);
+  CHECK(*second.ec == asio::error::operation_aborted);
+  CHECK_FALSE(second.region);
+  CHECK_FALSE(first.ec); // still running
+  fake->release();
+  io.run();
+  CHECK_FALSE(*first.ec);
+  CHECK(fake->reg_calls() == 1); // the cancelled one never reached the verb
+  fake->drop(first.region);
+  CHECK(service.stats().cancelled == 1);
+}
+
+TEST_CASE_METHOD(fixture, "a cancelled running registration deregisters what the worker produced",
+                 "[registration][cancel]") {
+  cv::registration_service service(io.get_executor(), options(1), fake);
+  fake->hold();
+  asio::cancellation_signal signal;
+  outcome got;
+  cv::reg_mr(service, pd, bytes(0, 4096), cv::access::local_write,
+             asio::bind_cancellation_slot(signal.slot(), got.handler()));
+  fake->wait_started(1);
+  signal.emit(asio::cancellation_type::terminal);
+  io.poll();
+  CHECK_FALSE(got.ec); // a running request waits for the worker
+  fake->release();
+  io.run();
+  REQUIRE(got.ec);
+  CHECK(*got.ec == asio::error::operation_aborted);
+  CHECK_FALSE(got.region);
+  CHECK(fake->live() == 0);
+  const auto s = service.stats();
+  CHECK(s.registered == 1);
+  CHECK(s.deregistered == 1);
+  CHECK(s.held() == 0);
+  CHECK(s.cancelled == 1);
+}
+
+TEST_CASE_METHOD(fixture, "shutdown completes every request in flight with operation_aborted and leaks nothing",
+                 "[registration][shutdown]") {
+  cv::registration_service service(io.get_executor(), options(1), fake);
+  fake->hold();
+  outcome got[3];
+  for (int i = 0; i < 3; ++i)
+    cv::reg_mr(service, pd, bytes(i * 8192, 4096), cv::access::local_write, got[i].handler());
+  fake->wait_started(1);
+  std::thread stopper([&] { service.shutdown(); });
+  while (service.stats().cancelled < 2) // the two queued ones are aborted before shutdown joins the worker
+    std::this_thread::yield();
+  fake->release();
+  stopper.join();
+  io.run();
+  for (auto& g : got) {
+    REQUIRE(g.ec);
+    CHECK(*g.ec == asio::error::operation_aborted);
+    CHECK_FALSE(g.region);
+  }
+  CHECK(fake->live() == 0);
+  CHECK(service.stats().held() == 0);
+  CHECK(service.stats().in_flight == 0);
+
+  outcome late;
+  cv::reg_mr(service, pd, bytes(0, 4096), cv::access::local_write, late.handler());
+  io.restart();
+  io.run();
+  REQUIRE(late.ec);
+  CHECK(*late.ec == asio::error::operation_aborted);
+}
+
+TEST_CASE_METHOD(fixture, "ENOMEM is retried and the final error names RLIMIT_MEMLOCK with its value",
+                 "[registration][errors]") {
+  auto o = options();
+  o.retry.attempts = 3;
+  cv::registration_service service(io.get_executor(), o, fake);
+  fake->fail_next(cv::errno_code(ENOMEM), 10);
+  outcome got;
+  cv::reg_mr(service, pd, bytes(0, 4096), cv::access::local_write, got.handler());
+  io.run();
+  REQUIRE(got.ec);
+  CHECK(*got.ec == cv::errc::memlock_exhausted);
+  CHECK(*got.ec == boost::system::errc::not_enough_memory);
+  const std::string message = got.ec->message();
+  INFO(message);
+  CHECK(message.find("RLIMIT_MEMLOCK is ") != std::string::npos);
+  CHECK(fake->reg_calls() == 3);
+  CHECK(service.stats().retries == 2);
+  CHECK(service.stats().failed == 1);
+}
+
+TEST_CASE_METHOD(fixture, "a transient EAGAIN succeeds on the retry", "[registration][errors]") {
+  cv::registration_service service(io.get_executor(), options(), fake);
+  fake->fail_next(cv::errno_code(EAGAIN), 2);
+  outcome got;
+  cv::reg_mr(service, pd, bytes(0, 4096), cv::access::local_write, got.handler());
+  io.run();
+  CHECK_FALSE(*got.ec);
+  CHECK(fake->reg_calls() == 3);
+  fake->drop(got.region);
+}
+
+TEST_CASE_METHOD(fixture, "EINVAL and EFAULT name the argument at fault and are not retried",
+                 "[registration][errors]") {
+  cv::registration_service service(io.get_executor(), options(), fake);
+  outcome rights, empty, other, unmapped;
+  fake->fail_next(cv::errno_code(EINVAL));
+  cv::reg_mr(service, pd, bytes(0, 4096), cv::access::remote_write, rights.handler());
+  io.run();
+  io.restart();
+  cv::reg_mr(service, pd, bytes(0, 0), cv::access::local_write, empty.handler());
+  io.run();
+  io.restart();
+  fake->fail_next(cv::errno_code(EINVAL));
+  cv::reg_mr(service, pd, bytes(0, 4096), cv::access::local_write, other.handler());
+  io.run();
+  io.restart();
+  fake->fail_next(cv::errno_code(EFAULT));
+  cv::reg_mr(service, pd, bytes(0, 4096), cv::access::local_write, unmapped.handler());
+  io.run();
+  CHECK(*rights.ec == cv::errc::rights_need_local_write);
+  CHECK(*rights.ec == boost::system::errc::invalid_argument);
+  CHECK(rights.ec->message().find("`rights`") != std::string::npos);
+  CHECK(*empty.ec == cv::errc::empty_buffer);
+  CHECK(empty.ec->message().find("`buffer`") != std::string::npos);
+  CHECK(*other.ec == cv::errc::invalid_registration);
+  CHECK(*unmapped.ec == cv::errc::buffer_not_mapped);
+  CHECK(*unmapped.ec == boost::system::errc::bad_address);
+  CHECK(fake->reg_calls() == 4);
+  CHECK(service.stats().retries == 0);
+}
+
+TEST_CASE_METHOD(fixture, "rereg falls back to register-then-deregister on EOPNOTSUPP and says so",
+                 "[registration][rereg]") {
+  cv::registration_service service(io.get_executor(), options(), fake);
+  outcome got;
+  cv::reg_mr(service, pd, bytes(0, 4096), cv::access::local_write, got.handler());
+  io.run();
+  const auto old_lkey = got.region.lkey();
+  std::optional<cv::rereg_result> result;
+  error_code ec;
+  cv::rereg(service, std::move(got.region), {.buffer = bytes(8192, 8192), .rights = cv::access::local_write},
+            [&](error_code e, cv::rereg_result r) { ec = e, result = std::move(r); });
+  io.restart();
+  io.run();
+  REQUIRE(result);
+  CHECK_FALSE(ec);
+  CHECK(result->method == cv::rereg_method::reregistered);
+  CHECK(result->region.data() == memory.data() + 8192);
+  CHECK(result->region.size() == 8192);
+  CHECK(result->region.lkey() != old_lkey);
+  CHECK(fake->live() == 1);
+  CHECK(service.stats().rereg_fallbacks == 1);
+
+  fake->set_rereg_supported(true);
+  ibv_mr* const same = result->region.native_handle();
+  cv::rereg(service, std::move(result->region), {.rights = cv::access::local_write | cv::access::remote_read},
+            [&](error_code e, cv::rereg_result r) { ec = e, result = std::move(r); });
+  io.restart();
+  io.run();
+  CHECK_FALSE(ec);
+  CHECK(result->method == cv::rereg_method::in_place);
+  CHECK(result->region.native_handle() == same);
+  CHECK(result->region.rights() == (cv::access::local_write | cv::access::remote_read));
+  fake->drop(result->region);
+  CHECK(service.stats().held() == 0);
+}
+
+TEST_CASE_METHOD(fixture, "a failed rereg fallback leaves the old region registered and hands it back",
+                 "[registration][rereg]") {
+  cv::registration_service service(io.get_executor(), options(), fake);
+  outcome got;
+  cv::reg_mr(service, pd, bytes(0, 4096), cv::access::local_write, got.handler());
+  io.run();
+  ibv_mr* const old = got.region.native_handle();
+  fake->fail_next(cv::errno_code(EFAULT));
+  std::optional<cv::rereg_result> result;
+  error_code ec;
+  cv::rereg(service, std::move(got.region), {.buffer = bytes(4096, 4096)},
+            [&](error_code e, cv::rereg_result r) { ec = e, result = std::move(r); });
+  io.restart();
+  io.run();
+  CHECK(ec == cv::errc::buffer_not_mapped);
+  CHECK(result->region.native_handle() == old);
+  CHECK(fake->live() == 1);
+  fake->drop(result->region);
+}
+
+TEST_CASE_METHOD(fixture, "dereg deregisters on a worker, and hands the region back when cancelled first",
+                 "[registration][dereg]") {
+  cv::registration_service service(io.get_executor(), options(1), fake);
+  outcome a, b, blocker;
+  cv::reg_mr(service, pd, bytes(0, 4096), cv::access::local_write, a.handler());
+  cv::reg_mr(service, pd, bytes(8192, 4096), cv::access::local_write, b.handler());
+  io.run();
+  REQUIRE(fake->live() == 2);
+  fake->hold();
+  cv::reg_mr(service, pd, bytes(16384, 4096), cv::access::local_write, blocker.handler());
+  fake->wait_started(3);
+  asio::cancellation_signal signal;
+  outcome kept, gone;
+  cv::dereg(service, std::move(a.region), asio::bind_cancellation_slot(signal.slot(), kept.handler()));
+  cv::dereg(service, std::move(b.region), gone.handler());
+  signal.emit(asio::cancellation_type::terminal);
+  fake->release();
+  io.restart();
+  io.run();
+  CHECK(*kept.ec == asio::error::operation_aborted);
+  CHECK(kept.region); // handed back, still registered
+  CHECK_FALSE(*gone.ec);
+  CHECK_FALSE(gone.region);
+  CHECK(fake->live() == 2);
+  fake->drop(kept.region);
+  fake->drop(blocker.region);
+  CHECK(service.stats().held() == 0);
+}
+
+TEST_CASE_METHOD(fixture, "overlapping and adjacent shared requests of one turn share one registration",
+                 "[registration][batch]") {
+  cv::registration_service service(io.get_executor(), options(2), fake);
+  std::vector<cv::shared_region> got(5);
+  int done = 0;
+  const auto keep = [&](int i) {
+    return [&, i](error_code ec, cv::shared_region r) {
+      CHECK_FALSE(ec);
+      got[i] = std::move(r);
+      ++done;
+    };
+  };
+  const auto rw = cv::access::local_write;
+  cv::reg_shared(service, pd, bytes(0, 4096), rw, keep(0));
+  cv::reg_shared(service, pd, bytes(2048, 4096), rw, keep(1));                        // overlaps 0
+  cv::reg_shared(service, pd, bytes(6144, 2048), rw, keep(2));                        // touches 1
+  cv::reg_shared(service, pd, bytes(32768, 4096), rw, keep(3));                       // apart
+  cv::reg_shared(service, pd, bytes(0, 4096), rw | cv::access::remote_read, keep(4)); // other rights
+  io.run();
+  REQUIRE(done == 5);
+  CHECK(fake->reg_calls() == 3);
+  CHECK(got[0].shares_registration_with(got[1]));
+  CHECK(got[1].shares_registration_with(got[2]));
+  CHECK_FALSE(got[0].shares_registration_with(got[3]));
+  CHECK_FALSE(got[0].shares_registration_with(got[4]));
+  CHECK(got[0].registration().data() == memory.data());
+  CHECK(got[0].registration().size() == 8192);
+  CHECK(got[2].data() == memory.data() + 6144);
+  CHECK(got[2].size() == 2048);
+  CHECK(got[2].lkey() == got[0].lkey());
+  CHECK(got[2].span().lkey == got[0].lkey());
+  CHECK(service.stats().merged == 2);
+  CHECK(service.stats().shared_live == 3);
+  got[0] = got[1] = {};
+  CHECK(fake->live() == 3); // got[2] still holds the first registration
+  got.clear();
+  CHECK(fake->live() == 0);
+  CHECK(service.stats().held() == 0);
+}
+
+TEST_CASE_METHOD(fixture, "a cancelled shared request gives up its share and the registration lives on",
+                 "[registration][batch][cancel]") {
+  cv::registration_service service(io.get_executor(), options(1), fake);
+  fake->hold();
+  asio::cancellation_signal signal;
+  error_code first_ec, second_ec;
+  cv::shared_region first, second;
+  cv::reg_shared(service, pd, bytes(0, 4096), cv::access::local_write,
+                 asio::bind_cancellation_slot(
+                     signal.slot(), [&](error_code ec, cv::shared_region r) { first_ec = ec, first = std::move(r); }));
+  cv::reg_shared(service, pd, bytes(4096, 4096), cv::access::local_write,
+                 [&](error_code ec, cv::shared_region r) { second_ec = ec, second = std::move(r); });
+  io.poll(); // the kick sends both to the worker, which starts the merged registration
+  fake->wait_started(1);
+  signal.emit(asio::cancellation_type::terminal);
+  fake->release();
+  io.run();
+  CHECK(first_ec == asio::error::operation_aborted);
+  CHECK_FALSE(first);
+  CHECK_FALSE(second_ec);
+  CHECK(second.registration().size() == 8192);
+  CHECK(fake->live() == 1);
+  second = {};
+  CHECK(fake->live() == 0);
+}
+
+namespace {
+template <typename T>
+struct counting_allocator {
+  using value_type = T;
+  int* count;
+  explicit counting_allocator(int* c) : count(c) {}
+  template <typename U>
+  counting_allocator(const counting_allocator<U>& o) : count(o.count) {}
+  T* allocate(std::size_t n) {
+    ++*count;
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) { std::allocator<T>().deallocate(p, n); }
+  template <typename U>
+  bool operator==(const counting_allocator<U>& o) const {
+    return count == o.count;
+  }
+};
+} // namespace
+
+TEST_CASE_METHOD(fixture, "the request is allocated with the handler's associated allocator", "[registration]") {
+  cv::registration_service service(io.get_executor(), options(), fake);
+  int allocations = 0;
+  outcome got;
+  cv::reg_mr(service, pd, bytes(0, 4096), cv::access::local_write,
+             asio::bind_allocator(counting_allocator<int>(&allocations), got.handler()));
+  io.run();
+  CHECK(allocations >= 1);
+  CHECK_FALSE(*got.ec);
+  fake->drop(got.region);
+}
