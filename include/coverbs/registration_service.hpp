@@ -126,6 +126,8 @@ public:
   bool shares_registration_with(const shared_region& o) const noexcept { return mr_ && mr_ == o.mr_; }
   ibv_mr* native_handle() const noexcept { return mr_ ? mr_->native_handle() : nullptr; }
   explicit operator bool() const noexcept { return mr_ != nullptr; }
+  /// @private
+  const std::shared_ptr<const detail::shared_mr>& owner() const noexcept { return mr_; }
 
 private:
   std::shared_ptr<const detail::shared_mr> mr_;

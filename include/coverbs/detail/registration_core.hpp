@@ -72,13 +72,13 @@ public:
   std::size_t size() const noexcept { return mr_->length; }
   /// Set when the memory under the registration changed (unmapped, remapped, returned to the system).
   bool invalidated() const noexcept { return invalidated_.load(std::memory_order_acquire); }
-  void invalidate() noexcept { invalidated_.store(true, std::memory_order_release); }
+  void invalidate() const noexcept { invalidated_.store(true, std::memory_order_release); }
 
 private:
   std::shared_ptr<accounting> acct_;
   ibv_mr* mr_;
   access rights_;
-  std::atomic<bool> invalidated_{false};
+  mutable std::atomic<bool> invalidated_{false};
 };
 
 class registration_core;

@@ -1,0 +1,135 @@
+#pragma once
+/// @file
+/// Internals of registration_cache.hpp: the index of cached registrations and the userfaultfd monitor.
+/// Not a stable interface.
+
+#include <coverbs/access.hpp>
+#include <coverbs/detail/registration_core.hpp>
+#include <coverbs/error.hpp>
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <span>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace coverbs {
+
+class shared_region;
+struct cache_options;
+struct cache_stats;
+
+namespace detail {
+
+/// Watches address ranges with userfaultfd(2) (register mode WP, never write-protecting anything, so no
+/// page fault is ever trapped) and reports the non-cooperative events UNMAP (munmap, mmap MAP_FIXED over
+/// it, brk shrinking), REMAP (mremap) and REMOVE (madvise DONTNEED/REMOVE) as ranges.
+///
+/// The kernel blocks the thread that unmaps until the event is *read*, so the fd is waited on by an Asio
+/// loop on the monitor's own thread: a monitor on a thread that itself unmaps watched memory would
+/// deadlock. Events go through a lock-free ring and the monitor thread does nothing else (no lock, no
+/// free(3) that could itself unmap watched memory); the cache applies them under its own lock before
+/// every lookup. `reading()` lets it wait out the instant between read(2) and the push.
+class unmap_monitor {
+public:
+  unmap_monitor();
+  ~unmap_monitor();
+  unmap_monitor(const unmap_monitor&) = delete;
+  unmap_monitor& operator=(const unmap_monitor&) = delete;
+
+  /// Success, or why there is no monitor (errc::userfaultfd_unavailable, or the errno of UFFDIO_API).
+  error_code status() const noexcept { return status_; }
+  /// Registers the pages covering [p, p + n) with the userfaultfd; false when refused (memory types
+  /// userfaultfd cannot watch, such as regular file mappings).
+  bool watch(const void* p, std::size_t n) noexcept;
+  /// Moves queued invalidated ranges into `out`; sets `overflow` when ranges were lost (invalidate all).
+  void drain(std::vector<std::pair<std::uintptr_t, std::uintptr_t>>& out, bool& overflow) noexcept;
+  /// True while the monitor thread is between reading events and queueing them.
+  bool reading() const noexcept { return reading_.load(std::memory_order_seq_cst); }
+  bool pending() const noexcept {
+    return head_.load(std::memory_order_acquire) != tail_.load(std::memory_order_acquire) ||
+           overflow_.load(std::memory_order_acquire);
+  }
+
+private:
+  struct loop;
+  void read_events() noexcept;
+  void push(std::uintptr_t begin, std::uintptr_t end) noexcept;
+
+  int fd_ = -1;
+  error_code status_;
+  std::mutex watched_mutex_; // never taken by the monitor thread
+  std::set<std::pair<std::uintptr_t, std::uintptr_t>> watched_;
+  static constexpr std::size_t ring_size = 1024;
+  std::array<std::pair<std::uintptr_t, std::uintptr_t>, ring_size> ring_{};
+  std::atomic<std::size_t> head_{0}, tail_{0}; // written by the monitor / by the consumer
+  std::atomic<bool> overflow_{false}, reading_{false};
+  std::unique_ptr<loop> loop_;
+  std::thread thread_;
+};
+
+/// One cached registration.
+struct cache_entry {
+  ibv_pd* pd = nullptr;
+  access rights = access::none;
+  std::uintptr_t begin = 0, end = 0;
+  std::shared_ptr<const shared_mr> mr;
+  std::weak_ptr<void> users; // the use token while handles exist
+  std::list<std::shared_ptr<cache_entry>>::iterator lru_pos;
+  bool in_lru = false, indexed = false, monitored = false;
+};
+
+/// The cache proper; shared with the use tokens of handed-out handles. Thread-safe.
+class cache_state : public std::enable_shared_from_this<cache_state> {
+public:
+  explicit cache_state(const cache_options& options);
+  ~cache_state();
+
+  /// A handle to a live registration containing the range, or nothing (counts a hit or a miss).
+  std::optional<shared_region> lookup(ibv_pd* pd, std::span<std::byte> range, access rights);
+  /// Watches the range before it is registered and returns the invalidation epoch for `insert`.
+  std::uint64_t prepare(std::span<std::byte> range) noexcept;
+  /// Caches the registration behind `fresh` (a reg_shared result) and returns a cache handle to `range`.
+  shared_region insert(const shared_region& fresh, std::uint64_t epoch, ibv_pd* pd, access rights);
+  std::size_t invalidate(std::uintptr_t begin, std::uintptr_t end);
+  void clear();
+  cache_stats stats() const;
+  error_code monitor_status() const noexcept;
+  /// A use token was dropped: the entry becomes unused (LRU) or, if invalidated, goes.
+  void release(const std::shared_ptr<cache_entry>& e);
+
+private:
+  using index_type = std::multimap<std::uintptr_t, std::shared_ptr<cache_entry>>;
+  using graveyard = std::vector<std::shared_ptr<cache_entry>>;
+  shared_region handle_locked(const std::shared_ptr<cache_entry>& e, std::span<std::byte> range);
+  void apply_events_locked(graveyard& dead);
+  std::size_t invalidate_locked(std::uintptr_t begin, std::uintptr_t end, graveyard& dead);
+  void unindex_locked(const std::shared_ptr<cache_entry>& e, graveyard& dead);
+  void evict_locked(graveyard& dead);
+  void record_invalidation_locked(std::uintptr_t begin, std::uintptr_t end);
+
+  std::size_t max_entries_, max_bytes_;
+  mutable std::mutex mutex_;
+  std::map<std::pair<ibv_pd*, access>, index_type> index_;
+  std::size_t max_length_ = 0;
+  std::list<std::shared_ptr<cache_entry>> lru_; // unused entries, oldest first
+  std::size_t entries_ = 0, bytes_pinned_ = 0, unmonitored_ = 0;
+  std::uint64_t hits_ = 0, misses_ = 0, evictions_ = 0, invalidations_ = 0;
+  std::uint64_t epoch_ = 0;
+  std::deque<std::tuple<std::uint64_t, std::uintptr_t, std::uintptr_t>> recent_; // (epoch, begin, end)
+  std::unique_ptr<unmap_monitor> monitor_;
+};
+
+} // namespace detail
+} // namespace coverbs

@@ -1,0 +1,231 @@
+// registration_cache against a fake registrar: hits on contained ranges, LRU limits, explicit invalidation
+// and the userfaultfd monitor (munmap, MAP_FIXED, mremap, MADV_DONTNEED) on this host's kernel.
+#include <coverbs/registration_cache.hpp>
+
+#include "fake_registrar.hpp"
+
+#include <boost/asio/io_context.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <sys/mman.h>
+
+#include <thread>
+
+namespace cv = coverbs;
+namespace asio = boost::asio;
+using cv::error_code;
+
+namespace {
+
+struct mapping {
+  std::byte* p = nullptr;
+  std::size_t n = 0;
+  explicit mapping(std::size_t size) : n(size) {
+    void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(m != MAP_FAILED);
+    p = static_cast<std::byte*>(m);
+  }
+  ~mapping() {
+    if (p) ::munmap(p, n);
+  }
+  void unmap() {
+    REQUIRE(::munmap(p, n) == 0);
+    p = nullptr;
+  }
+  std::span<std::byte> span(std::size_t offset, std::size_t size) const { return {p + offset, size}; }
+};
+
+struct fixture {
+  std::shared_ptr<cv::test::fake_registrar> fake = std::make_shared<cv::test::fake_registrar>();
+  asio::io_context io;
+  cv::protection_domain pd;
+  cv::registration_service service{io.get_executor(), {}, fake};
+  mapping memory{1 << 20};
+  const cv::access rw = cv::access::local_write;
+
+  cv::shared_region acquire(cv::registration_cache& cache, std::span<std::byte> range,
+                            cv::access rights = cv::access::local_write) {
+    error_code ec;
+    cv::shared_region got;
+    cache.async_acquire(pd, range, rights, [&](error_code e, cv::shared_region r) { ec = e, got = std::move(r); });
+    io.restart();
+    io.run();
+    REQUIRE_FALSE(ec);
+    return got;
+  }
+};
+
+} // namespace
+
+TEST_CASE_METHOD(fixture, "a range inside a cached registration is a hit with the same keys", "[cache]") {
+  cv::registration_cache cache(service);
+  auto whole = acquire(cache, memory.span(0, 65536));
+  auto part = cache.lookup(pd, memory.span(4096, 100), rw);
+  REQUIRE(part);
+  CHECK(part->lkey() == whole.lkey());
+  CHECK(part->data() == memory.p + 4096);
+  CHECK(part->size() == 100);
+  CHECK(part->valid());
+  auto again = acquire(cache, memory.span(60000, 5536)); // a hit through async_acquire too
+  CHECK(again.shares_registration_with(whole));
+  CHECK_FALSE(cache.lookup(pd, memory.span(60000, 5537), rw));                       // sticks out
+  CHECK_FALSE(cache.lookup(pd, memory.span(0, 4096), rw | cv::access::remote_read)); // other rights
+  const auto s = cache.stats();
+  CHECK(s.hits == 2);
+  CHECK(s.misses == 3);
+  CHECK(s.entries == 1);
+  CHECK(s.bytes_pinned == 65536);
+  CHECK(fake->reg_calls() == 1);
+}
+
+TEST_CASE_METHOD(fixture, "unused entries are evicted oldest first beyond the entry limit; used ones never",
+                 "[cache][lru]") {
+  cv::registration_cache cache(service, {.max_entries = 2, .max_bytes_pinned = 1 << 30, .monitor = false});
+  auto a = acquire(cache, memory.span(0, 4096));
+  auto b = acquire(cache, memory.span(8192, 4096));
+  auto c = acquire(cache, memory.span(16384, 4096));
+  CHECK(cache.stats().entries == 3); // all in use: over the limit, nothing evictable
+  CHECK(fake->live() == 3);
+  a = {};
+  CHECK(cache.stats().evictions == 1); // a was unused and oldest
+  CHECK(fake->live() == 2);
+  b = {};
+  c = {};
+  CHECK(cache.stats().entries == 2);
+  CHECK(cache.stats().unused == 2);
+  CHECK_FALSE(cache.lookup(pd, memory.span(0, 4096), rw));
+  CHECK(cache.lookup(pd, memory.span(8192, 4096), rw)); // used again: moves out of the LRU
+  CHECK(cache.stats().unused == 2);                     // the handle of the hit above is gone again
+}
+
+TEST_CASE_METHOD(fixture, "unused entries are evicted beyond the pinned-bytes limit", "[cache][lru]") {
+  cv::registration_cache cache(service, {.max_entries = 100, .max_bytes_pinned = 20000, .monitor = false});
+  for (int i = 0; i < 4; ++i)
+    acquire(cache, memory.span(i * 16384, 8192)); // handle dropped at once
+  const auto s = cache.stats();
+  CHECK(s.bytes_pinned <= 20000);
+  CHECK(s.entries == 2);
+  CHECK(s.evictions == 2);
+  CHECK(fake->live() == 2);
+  cache.clear();
+  CHECK(fake->live() == 0);
+}
+
+TEST_CASE_METHOD(fixture,
+                 "invalidate forgets overlapping entries; a handle in use turns invalid and its "
+                 "registration goes with it",
+                 "[cache][invalidate]") {
+  cv::registration_cache cache(service, {.monitor = false});
+  auto held = acquire(cache, memory.span(0, 8192));
+  acquire(cache, memory.span(65536, 8192));
+  acquire(cache, memory.span(131072, 8192));
+  CHECK(cache.invalidate(memory.span(4096, 65536)) == 2); // overlaps the first two
+  CHECK_FALSE(held.valid());
+  CHECK(fake->live() == 2); // the held one stays registered while held
+  CHECK_FALSE(cache.lookup(pd, memory.span(0, 10), rw));
+  CHECK(cache.lookup(pd, memory.span(131072, 10), rw));
+  held = {};
+  CHECK(fake->live() == 1);
+  CHECK(cache.stats().invalidations == 2);
+}
+
+TEST_CASE_METHOD(fixture, "concurrent misses for overlapping ranges become one registration and one entry",
+                 "[cache][batch]") {
+  cv::registration_cache cache(service, {.monitor = false});
+  std::vector<cv::shared_region> got;
+  for (int i = 0; i < 4; ++i)
+    cache.async_acquire(pd, memory.span(i * 2048, 4096), rw, [&](error_code ec, cv::shared_region r) {
+      CHECK_FALSE(ec);
+      got.push_back(std::move(r));
+    });
+  io.run();
+  REQUIRE(got.size() == 4);
+  CHECK(fake->reg_calls() == 1);
+  CHECK(cache.stats().entries == 1);
+  CHECK(cache.lookup(pd, memory.span(0, 10240), rw));
+}
+
+TEST_CASE_METHOD(fixture, "the userfaultfd monitor is available on this kernel", "[cache][monitor]") {
+  cv::registration_cache cache(service);
+  INFO(cache.monitor_status().message());
+  CHECK_FALSE(cache.monitor_status());
+}
+
+TEST_CASE_METHOD(fixture, "munmap of cached memory invalidates it and the next request registers anew",
+                 "[cache][monitor]") {
+  cv::registration_cache cache(service);
+  REQUIRE_FALSE(cache.monitor_status());
+  mapping m(65536);
+  acquire(cache, m.span(0, 65536));
+  REQUIRE(cache.lookup(pd, m.span(0, 10), rw));
+  std::byte* const at = m.p;
+  m.unmap();
+  CHECK_FALSE(cache.lookup(pd, {at, 10}, rw)); // seen as soon as munmap returned
+  CHECK(cache.stats().invalidations == 1);
+  CHECK(cache.stats().entries == 0);
+  CHECK(fake->live() == 0);
+}
+
+TEST_CASE_METHOD(fixture, "mmap MAP_FIXED over cached memory invalidates the handle in use", "[cache][monitor]") {
+  cv::registration_cache cache(service);
+  REQUIRE_FALSE(cache.monitor_status());
+  mapping m(65536);
+  auto held = acquire(cache, m.span(0, 65536));
+  void* again = ::mmap(m.p, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  REQUIRE(again == m.p);
+  CHECK_FALSE(cache.lookup(pd, m.span(0, 10), rw));
+  CHECK_FALSE(held.valid());
+  auto fresh = acquire(cache, m.span(0, 65536));
+  CHECK(fresh.valid());
+  CHECK_FALSE(fresh.shares_registration_with(held));
+  CHECK(fake->reg_calls() == 2);
+}
+
+TEST_CASE_METHOD(fixture, "madvise DONTNEED and mremap invalidate what they change", "[cache][monitor]") {
+  cv::registration_cache cache(service);
+  REQUIRE_FALSE(cache.monitor_status());
+  mapping m(1 << 20);
+  acquire(cache, m.span(0, 65536));
+  acquire(cache, m.span(524288, 65536));
+  REQUIRE(::madvise(m.p + 4096, 4096, MADV_DONTNEED) == 0);
+  CHECK_FALSE(cache.lookup(pd, m.span(0, 10), rw));
+  CHECK(cache.lookup(pd, m.span(524288, 10), rw));
+  void* moved = ::mremap(m.p + 524288, 65536, 131072, MREMAP_MAYMOVE);
+  REQUIRE(moved != MAP_FAILED);
+  CHECK_FALSE(cache.lookup(pd, m.span(524288, 10), rw));
+  CHECK(cache.stats().invalidations == 2);
+  if (moved != m.p + 524288) ::munmap(moved, 131072);
+}
+
+TEST_CASE_METHOD(fixture, "memory unmapped while it is being registered is not cached", "[cache][monitor]") {
+  cv::registration_cache cache(service);
+  REQUIRE_FALSE(cache.monitor_status());
+  mapping m(65536);
+  fake->hold();
+  error_code ec;
+  cv::shared_region got;
+  cache.async_acquire(pd, m.span(0, 65536), rw, [&](error_code e, cv::shared_region r) { ec = e, got = std::move(r); });
+  io.poll();
+  fake->wait_started(1);
+  std::byte* const at = m.p;
+  m.unmap();
+  fake->release();
+  io.run();
+  CHECK_FALSE(ec);
+  CHECK_FALSE(got.valid());
+  CHECK_FALSE(cache.lookup(pd, {at, 10}, rw));
+  CHECK(cache.stats().entries == 0);
+}
+
+TEST_CASE_METHOD(fixture, "a cache hit completes through the executor, not inside async_acquire", "[cache]") {
+  cv::registration_cache cache(service, {.monitor = false});
+  auto whole = acquire(cache, memory.span(0, 8192));
+  bool done = false;
+  cache.async_acquire(pd, memory.span(0, 10), rw,
+                      [&](error_code ec, cv::shared_region r) { done = !ec && r.shares_registration_with(whole); });
+  CHECK_FALSE(done);
+  io.restart();
+  io.run();
+  CHECK(done);
+}
