@@ -130,6 +130,9 @@ std::string coverbs_category_impl::message(int ev) const {
     return "userfaultfd(2) was refused, so unmapped memory cannot be detected: allow it with "
            "`sysctl vm.unprivileged_userfaultfd=1`, CAP_SYS_PTRACE, or access to /dev/userfaultfd; until then "
            "invalidate cached registrations explicitly";
+  case errc::pool_exhausted:
+    return "the buffer pool has no free block of that size and may not grow (pool_options::max_arenas), or the "
+           "size exceeds its largest size class (pool_options::size_classes)";
   }
   return "unknown coverbs error " + std::to_string(ev);
 }

@@ -98,6 +98,9 @@ enum class errc : int {
   /// The userfaultfd(2) system call was refused, so the registration cache cannot see memory being
   /// unmapped; the message says how to allow it. Equivalent to `operation_not_permitted`.
   userfaultfd_unavailable,
+  /// A buffer_pool has no block of the requested size and may not map another arena (max_arenas), or the
+  /// size exceeds its largest size class.
+  pool_exhausted,
 };
 
 /// The category of `wc_errc` values; name "coverbs.wc".
