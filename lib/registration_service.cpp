@@ -323,8 +323,10 @@ void registration_core::run_shared_batch() noexcept {
   for (const auto& r : group) {
     r->ec = ec;
     r->shared = shared;
-    settle(r);
   }
+  shared.reset(); // the requests hold it now: the last one to let go deregisters, not this worker later
+  for (const auto& r : group)
+    settle(r);
 }
 
 registration_stats registration_core::stats() const noexcept {
