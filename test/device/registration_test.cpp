@@ -1,0 +1,456 @@
+// Asynchronous registration, the cache and the pool on a real device (rxe0 in the Soft-RoCE guest).
+#include <coverbs/registration_service.hpp>
+
+#include <coverbs/buffer_pool.hpp>
+#include <coverbs/registration_cache.hpp>
+
+#include "loopback.hpp"
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <linux/capability.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace cv = coverbs;
+namespace asio = boost::asio;
+using cv::error_code;
+
+namespace {
+
+constexpr auto rw = cv::access::local_write | cv::access::remote_read | cv::access::remote_write;
+
+/// Anonymous memory, touched.
+struct mapping {
+  std::byte* p = nullptr;
+  std::size_t n = 0;
+  explicit mapping(std::size_t size) : n(size) {
+    void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(m != MAP_FAILED);
+    p = static_cast<std::byte*>(m);
+    std::memset(p, 0, size);
+  }
+  ~mapping() {
+    if (p) ::munmap(p, n);
+  }
+  std::span<std::byte> span() const { return {p, n}; }
+  std::span<std::byte> span(std::size_t offset, std::size_t size) const { return {p + offset, size}; }
+};
+
+/// The libibverbs registrar, able to hold a registration after the verb produced it (the request is then
+/// "running" with a real region in hand).
+class holding_registrar final : public cv::registrar {
+public:
+  ibv_mr* reg_mr(ibv_pd* pd, std::span<std::byte> b, cv::access r, error_code& ec) noexcept override {
+    ibv_mr* mr = inner_->reg_mr(pd, b, r, ec);
+    std::unique_lock lock(mutex_);
+    ++produced_;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return !hold_; });
+    return mr;
+  }
+  error_code dereg_mr(ibv_mr* mr) noexcept override { return inner_->dereg_mr(mr); }
+  error_code rereg_mr(ibv_mr* mr, int f, ibv_pd* pd, std::span<std::byte> b, cv::access r,
+                      bool& valid) noexcept override {
+    return inner_->rereg_mr(mr, f, pd, b, r, valid);
+  }
+  void hold() {
+    std::lock_guard lock(mutex_);
+    hold_ = true;
+  }
+  void release() {
+    std::lock_guard lock(mutex_);
+    hold_ = false;
+    changed_.notify_all();
+  }
+  void wait_produced(int n) {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return produced_ >= n; });
+  }
+
+private:
+  std::shared_ptr<cv::registrar> inner_ = cv::verbs_registrar();
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool hold_ = false;
+  int produced_ = 0;
+};
+
+struct fixture {
+  cv::device dev = cv::device::open();
+  cv::protection_domain pd{dev};
+  asio::io_context io;
+  long baseline = cv::test::device_mr_count(dev.name());
+  fixture() { REQUIRE(baseline >= 0); }
+  long mrs_now() const { return cv::test::device_mr_count(dev.name()); }
+};
+
+struct outcome {
+  std::optional<error_code> ec;
+  cv::memory_region region;
+  std::thread::id thread;
+  auto handler() {
+    return [this](error_code e, cv::memory_region r) {
+      ec = e;
+      region = std::move(r);
+      thread = std::this_thread::get_id();
+    };
+  }
+};
+
+} // namespace
+
+TEST_CASE_METHOD(fixture, "a registration through the worker completes on the caller's executor", "[reg]") {
+  cv::registration_service service(io.get_executor(), {.threads = 2});
+  mapping m(16 << 20);
+  std::thread::id ran_on;
+  cv::memory_region mr;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        mr = co_await cv::reg_mr(service, pd, m.span(), rw);
+        ran_on = std::this_thread::get_id();
+      },
+      asio::detached);
+  io.run();
+  CHECK(ran_on == std::this_thread::get_id());
+  REQUIRE(mr);
+  CHECK(mr.data() == m.p);
+  CHECK(mr.size() == m.n);
+  CHECK(mr.pd() == pd.native_handle());
+  CHECK(mrs_now() == baseline + 1);
+  mapping source(4096);
+  std::memset(source.p, 0x5a, 4096);
+  cv::memory_region source_mr(pd, source.span(), cv::access::local_write);
+  cv::test::loopback qp(dev, pd);
+  CHECK(qp.write(cv::span_of(source_mr), cv::remote_key_of(mr).slice(8 << 20, 4096)) == IBV_WC_SUCCESS);
+  CHECK(m.p[(8 << 20) + 4095] == std::byte{0x5a});
+}
+
+TEST_CASE_METHOD(fixture, "a registration cancelled before it runs leaves nothing registered", "[reg][cancel]") {
+  auto verbs = std::make_shared<holding_registrar>();
+  cv::registration_service service(io.get_executor(), {.threads = 1}, verbs);
+  mapping m(1 << 20);
+  verbs->hold();
+  outcome running, queued;
+  cv::reg_mr(service, pd, m.span(0, 4096), rw, running.handler());
+  verbs->wait_produced(1);
+  asio::cancellation_signal signal;
+  cv::reg_mr(service, pd, m.span(8192, 4096), rw, asio::bind_cancellation_slot(signal.slot(), queued.handler()));
+  signal.emit(asio::cancellation_type::terminal);
+  io.poll();
+  REQUIRE(queued.ec);
+  CHECK(*queued.ec == asio::error::operation_aborted);
+  CHECK_FALSE(running.ec);
+  verbs->release();
+  io.run();
+  CHECK_FALSE(*running.ec);
+  running.region = {};
+  CHECK(mrs_now() == baseline);
+  CHECK(service.stats().registered == 1);
+}
+
+TEST_CASE_METHOD(fixture, "a registration cancelled while running deregisters what the worker produced",
+                 "[reg][cancel]") {
+  auto verbs = std::make_shared<holding_registrar>();
+  cv::registration_service service(io.get_executor(), {.threads = 1}, verbs);
+  mapping m(64 << 20);
+  verbs->hold();
+  asio::cancellation_signal signal;
+  outcome got;
+  cv::reg_mr(service, pd, m.span(), rw, asio::bind_cancellation_slot(signal.slot(), got.handler()));
+  verbs->wait_produced(1);
+  CHECK(mrs_now() == baseline + 1); // the worker holds a real region
+  signal.emit(asio::cancellation_type::terminal);
+  verbs->release();
+  io.run();
+  REQUIRE(got.ec);
+  CHECK(*got.ec == asio::error::operation_aborted);
+  CHECK_FALSE(got.region);
+  CHECK(mrs_now() == baseline);
+  const auto s = service.stats();
+  CHECK(s.registered == 1);
+  CHECK(s.deregistered == 1);
+  CHECK(s.held() == 0);
+}
+
+TEST_CASE_METHOD(fixture, "shutdown with requests in flight aborts them all and leaves nothing registered",
+                 "[reg][shutdown]") {
+  auto verbs = std::make_shared<holding_registrar>();
+  cv::registration_service service(io.get_executor(), {.threads = 1}, verbs);
+  mapping m(1 << 20);
+  verbs->hold();
+  outcome got[3];
+  for (int i = 0; i < 3; ++i)
+    cv::reg_mr(service, pd, m.span(i * 65536, 65536), rw, got[i].handler());
+  verbs->wait_produced(1);
+  std::thread stopper([&] { service.shutdown(); });
+  while (service.stats().cancelled < 2)
+    std::this_thread::yield();
+  verbs->release();
+  stopper.join();
+  io.run();
+  for (auto& g : got) {
+    REQUIRE(g.ec);
+    CHECK(*g.ec == asio::error::operation_aborted);
+  }
+  CHECK(mrs_now() == baseline);
+  CHECK(service.stats().held() == 0);
+}
+
+namespace {
+/// Drops CAP_IPC_LOCK from the calling thread's effective set (root pins without limit otherwise).
+bool drop_ipc_lock() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  if (::syscall(SYS_capget, &header, data) != 0) return false;
+  data[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+  return ::syscall(SYS_capset, &header, data) == 0;
+}
+} // namespace
+
+TEST_CASE_METHOD(fixture, "ENOMEM under a tiny locked-memory limit names RLIMIT_MEMLOCK and its value",
+                 "[reg][errors]") {
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_MEMLOCK, &saved) == 0);
+  mapping m(8 << 20);
+  error_code ec;
+  std::string message;
+  cv::registration_stats stats;
+  // Capabilities are per thread, and workers inherit their creator's: make the service on a thread without
+  // CAP_IPC_LOCK, so the kernel applies RLIMIT_MEMLOCK to its registrations.
+  bool dropped = false, limited = false;
+  std::thread t([&] {
+    dropped = drop_ipc_lock();
+    rlimit tiny = saved;
+    tiny.rlim_cur = 64 << 10;
+    limited = ::setrlimit(RLIMIT_MEMLOCK, &tiny) == 0;
+    if (!dropped || !limited) return;
+    asio::io_context local;
+    cv::registration_options o;
+    o.retry.attempts = 3;
+    o.retry.first_backoff = std::chrono::microseconds(100);
+    cv::registration_service service(local.get_executor(), o);
+    cv::reg_mr(service, pd, m.span(), rw, [&](error_code e, cv::memory_region) { ec = e; });
+    local.run();
+    stats = service.stats();
+    message = ec.message();
+  });
+  t.join();
+  REQUIRE(::setrlimit(RLIMIT_MEMLOCK, &saved) == 0);
+  REQUIRE(dropped);
+  REQUIRE(limited);
+  INFO(message);
+  CHECK(ec == cv::errc::memlock_exhausted);
+  CHECK(ec == boost::system::errc::not_enough_memory);
+  CHECK(message.find("RLIMIT_MEMLOCK is 64 KiB") != std::string::npos);
+  CHECK(stats.retries == 2);
+  CHECK(mrs_now() == baseline);
+}
+
+TEST_CASE_METHOD(fixture, "EFAULT and EINVAL from the device name the argument at fault", "[reg][errors]") {
+  cv::registration_service service(io.get_executor());
+  void* p = ::mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(p != MAP_FAILED);
+  ::munmap(p, 8192);
+  outcome unmapped, rights;
+  cv::reg_mr(service, pd, {static_cast<std::byte*>(p), 8192}, cv::access::local_write, unmapped.handler());
+  mapping m(4096);
+  cv::reg_mr(service, pd, m.span(), cv::access::remote_write, rights.handler());
+  io.run();
+  CHECK(*unmapped.ec == cv::errc::buffer_not_mapped);
+  CHECK(*rights.ec == cv::errc::rights_need_local_write);
+  CHECK(mrs_now() == baseline);
+}
+
+TEST_CASE_METHOD(fixture, "rereg on rxe falls back to register + deregister and the new keys work for RDMA",
+                 "[reg][rereg]") {
+  cv::registration_service service(io.get_executor());
+  mapping first(1 << 20), second(1 << 20);
+  outcome got;
+  cv::reg_mr(service, pd, first.span(), cv::access::local_write, got.handler());
+  io.run();
+  REQUIRE_FALSE(*got.ec);
+  const auto old_rkey = got.region.rkey();
+  std::optional<cv::rereg_result> result;
+  error_code ec;
+  cv::rereg(service, std::move(got.region), {.buffer = second.span(), .rights = rw},
+            [&](error_code e, cv::rereg_result r) { ec = e, result = std::move(r); });
+  io.restart();
+  io.run();
+  REQUIRE_FALSE(ec);
+  CHECK(result->method == (dev.caps().rereg_mr ? cv::rereg_method::in_place : cv::rereg_method::reregistered));
+  CHECK(result->region.data() == second.p);
+  CHECK(result->region.rights() == rw);
+  CHECK(result->region.rkey() != old_rkey);
+  CHECK(mrs_now() == baseline + 1);
+  mapping source(4096);
+  std::memset(source.p, 0x77, 4096);
+  cv::memory_region source_mr(pd, source.span(), cv::access::local_write);
+  cv::test::loopback qp(dev, pd);
+  CHECK(qp.write(cv::span_of(source_mr), cv::remote_key_of(result->region).slice(4096, 4096)) == IBV_WC_SUCCESS);
+  CHECK(second.p[4096] == std::byte{0x77});
+  CHECK(second.p[8191] == std::byte{0x77});
+}
+
+TEST_CASE_METHOD(fixture, "concurrent overlapping shared requests make one registration", "[reg][batch]") {
+  cv::registration_service service(io.get_executor(), {.threads = 2});
+  mapping m(8 << 20);
+  std::vector<cv::shared_region> got;
+  for (int i = 0; i < 8; ++i)
+    cv::reg_shared(service, pd, m.span(i * (512 << 10), 1 << 20), rw, [&](error_code ec, cv::shared_region r) {
+      CHECK_FALSE(ec);
+      got.push_back(std::move(r));
+    });
+  io.run();
+  REQUIRE(got.size() == 8);
+  CHECK(service.stats().registered == 1);
+  CHECK(service.stats().merged == 7);
+  CHECK(mrs_now() == baseline + 1);
+  for (auto& r : got)
+    CHECK(r.shares_registration_with(got[0]));
+  CHECK(got[0].registration().size() == (4 << 20) + (512 << 10));
+  got.clear();
+  CHECK(mrs_now() == baseline);
+}
+
+TEST_CASE_METHOD(fixture, "the cache hits on a contained sub-range and evicts under its limits", "[cache]") {
+  cv::registration_service service(io.get_executor());
+  cv::registration_cache cache(service, {.max_entries = 2, .max_bytes_pinned = 64 << 20, .monitor = true});
+  mapping m(16 << 20);
+  const auto acquire = [&](std::span<std::byte> s) {
+    cv::shared_region out;
+    cache.async_acquire(pd, s, rw, [&](error_code ec, cv::shared_region r) {
+      REQUIRE_FALSE(ec);
+      out = std::move(r);
+    });
+    io.restart();
+    io.run();
+    return out;
+  };
+  auto whole = acquire(m.span(0, 4 << 20));
+  auto part = cache.lookup(pd, m.span(1 << 20, 4096), rw);
+  REQUIRE(part);
+  CHECK(part->lkey() == whole.lkey());
+  whole = {};
+  part.reset();
+  acquire(m.span(8 << 20, 1 << 20));
+  acquire(m.span(12 << 20, 1 << 20)); // a third entry: the oldest unused goes
+  const auto s = cache.stats();
+  CHECK(s.entries == 2);
+  CHECK(s.evictions == 1);
+  CHECK(mrs_now() == baseline + 2);
+  cache.clear();
+  CHECK(mrs_now() == baseline);
+}
+
+TEST_CASE_METHOD(fixture,
+                 "unmapped cached memory is not handed out again and the next request registers the "
+                 "new memory",
+                 "[cache][monitor]") {
+  cv::registration_service service(io.get_executor());
+  cv::registration_cache cache(service);
+  INFO(cache.monitor_status().message());
+  REQUIRE_FALSE(cache.monitor_status());
+  const auto acquire = [&](std::span<std::byte> s) {
+    cv::shared_region out;
+    cache.async_acquire(pd, s, rw, [&](error_code ec, cv::shared_region r) {
+      REQUIRE_FALSE(ec);
+      out = std::move(r);
+    });
+    io.restart();
+    io.run();
+    return out;
+  };
+  // munmap of an unused entry: deregistered, not hit again
+  {
+    auto* p =
+        static_cast<std::byte*>(::mmap(nullptr, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    REQUIRE(p != MAP_FAILED);
+    acquire({p, 1 << 20});
+    CHECK(mrs_now() == baseline + 1);
+    REQUIRE(::munmap(p, 1 << 20) == 0);
+    CHECK_FALSE(cache.lookup(pd, {p, 4096}, rw));
+    CHECK(mrs_now() == baseline);
+  }
+  // mmap(MAP_FIXED) over an entry in use: the handle turns invalid, the next request registers the new pages
+  mapping m(1 << 20);
+  auto old = acquire(m.span());
+  void* again = ::mmap(m.p, m.n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  REQUIRE(again == m.p);
+  CHECK_FALSE(cache.lookup(pd, m.span(0, 4096), rw));
+  CHECK_FALSE(old.valid());
+  auto fresh = acquire(m.span());
+  CHECK(fresh.valid());
+  CHECK_FALSE(fresh.shares_registration_with(old));
+  mapping source(4096);
+  std::memset(source.p, 0x33, 4096);
+  cv::memory_region source_mr(pd, source.span(), cv::access::local_write);
+  cv::test::loopback qp(dev, pd);
+  CHECK(qp.write(cv::span_of(source_mr), fresh.remote().slice(0, 4096)) == IBV_WC_SUCCESS);
+  CHECK(m.p[4095] == std::byte{0x33}); // the data lands in the memory the process sees now
+  old = {};
+  CHECK(cache.stats().invalidations == 2);
+}
+
+TEST_CASE_METHOD(fixture, "pool buffers carry working keys for RDMA write and read", "[pool]") {
+  cv::registration_service service(io.get_executor());
+  cv::pool_options o;
+  o.size_classes = {4096, 65536};
+  o.arena_size = 2 << 20;
+  cv::buffer_pool pool(service, pd, o);
+  auto a = pool.try_allocate(4096);
+  auto b = pool.try_allocate(65536);
+  auto c = pool.try_allocate(4096);
+  REQUIRE(a);
+  REQUIRE(b);
+  REQUIRE(c);
+  std::memset(a->data(), 0x42, 4096);
+  cv::test::loopback qp(dev, pd);
+  CHECK(qp.write(a->span(), b->remote().slice(1000, 4096)) == IBV_WC_SUCCESS);
+  CHECK(b->data()[1000] == std::byte{0x42});
+  CHECK(b->data()[5095] == std::byte{0x42});
+  CHECK(qp.read(c->span(), b->remote().slice(1000, 4096)) == IBV_WC_SUCCESS);
+  CHECK(std::memcmp(a->data(), c->data(), 4096) == 0);
+  INFO("arenas on MAP_HUGETLB: " << pool.stats().huge_tlb_arenas);
+  CHECK(mrs_now() == baseline + 2);
+}
+
+TEST_CASE_METHOD(fixture, "the next arena registers in the background before the pool runs dry", "[pool]") {
+  cv::registration_service service(io.get_executor());
+  cv::pool_options o;
+  o.size_classes = {256 << 10};
+  o.arena_size = 2 << 20; // 8 blocks; grow when fewer than 4 are free
+  o.low_watermark = 0.5;
+  cv::buffer_pool pool(service, pd, o);
+  std::vector<cv::registered_buffer> held;
+  for (int i = 0; i < 5; ++i) {
+    auto b = pool.try_allocate(256 << 10);
+    REQUIRE(b);
+    held.push_back(std::move(*b));
+  }
+  while (pool.stats().arenas < 2)
+    std::this_thread::yield();
+  CHECK(pool.stats().background_arenas == 1);
+  for (int i = 0; i < 8; ++i) {
+    auto b = pool.try_allocate(256 << 10);
+    REQUIRE(b);
+    held.push_back(std::move(*b));
+  }
+  CHECK(pool.stats().exhausted == 0);
+  CHECK(mrs_now() >= baseline + 2);
+}
