@@ -4,6 +4,8 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/system_executor.hpp>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <thread>
@@ -111,7 +113,7 @@ memory_region hand_over(request& r) noexcept {
 registration_core::registration_core(std::shared_ptr<registrar> verbs, const registration_options& options)
     : acct_(std::make_shared<accounting>()), attempts_(std::max(1u, options.retry.attempts)),
       first_backoff_(options.retry.first_backoff), max_backoff_(options.retry.max_backoff),
-      multiplier_(std::max(1u, options.retry.multiplier)), pool_(std::max<std::size_t>(1, options.threads)) {
+      multiplier_(std::max(1u, options.retry.multiplier)), batch_scheduling_(options.batch_scheduling), pool_(std::max<std::size_t>(1, options.threads)) {
   acct_->verbs = std::move(verbs);
 }
 
@@ -254,7 +256,16 @@ void registration_core::do_rereg(request& r) noexcept {
   acct_->rereg_fallbacks.fetch_add(1, std::memory_order_relaxed);
 }
 
+void registration_core::enter_worker() const noexcept {
+  thread_local bool done = false;
+  if (done || !batch_scheduling_) return;
+  done = true;
+  sched_param param{};
+  ::sched_setscheduler(0, SCHED_BATCH, &param); // best effort: the calling thread only
+}
+
 void registration_core::run(const std::shared_ptr<request>& r) noexcept {
+  enter_worker();
   auto expected = request_state::posted;
   if (!r->state.compare_exchange_strong(expected, request_state::running)) return; // cancelled before it ran
   switch (r->kind) {
@@ -277,6 +288,7 @@ bool mergeable(const request& a, const request& b) noexcept { return a.pd == b.p
 } // namespace
 
 void registration_core::run_shared_batch() noexcept {
+  enter_worker();
   std::vector<std::shared_ptr<request>> group;
   std::byte* begin = nullptr;
   std::byte* end = nullptr;

@@ -69,6 +69,9 @@ struct registration_options {
   /// (mmap_lock), so more than a few rarely helps.
   std::size_t threads = 1;
   retry_policy retry{};
+  /// Run the workers under SCHED_BATCH (sched(7)): a woken worker then never preempts the thread that
+  /// woke it, so an event loop on the same CPU keeps running while the kernel pins pages.
+  bool batch_scheduling = true;
 };
 
 /// What the service has done; read with `registration_service::stats()`. Counters only grow except the

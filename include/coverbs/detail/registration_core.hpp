@@ -130,6 +130,8 @@ public:
 
 private:
   void run(const std::shared_ptr<request>& r) noexcept;
+  /// Applies the worker scheduling policy to the calling worker (once per thread).
+  void enter_worker() const noexcept;
   void run_shared_batch() noexcept;
   /// ibv_reg_mr with the retry policy; classifies the final error.
   ibv_mr* register_with_retry(request& r, ibv_pd* pd, std::span<std::byte> buffer, access rights,
@@ -144,6 +146,7 @@ private:
   unsigned attempts_;
   std::chrono::microseconds first_backoff_, max_backoff_;
   unsigned multiplier_;
+  bool batch_scheduling_;
   mutable std::mutex mutex_;
   bool stopped_ = false;
   bool kick_pending_ = false;
