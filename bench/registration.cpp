@@ -137,7 +137,8 @@ int main(int argc, char** argv) {
     else if (a == "--json")
       json = true;
     else {
-      std::fprintf(stderr, "usage: bench_registration [--device NAME] [--max-size 512M] [--stall-size 256M] [--json]\n");
+      std::fprintf(stderr,
+                   "usage: bench_registration [--device NAME] [--max-size 512M] [--stall-size 256M] [--json]\n");
       return 2;
     }
   }
@@ -252,9 +253,9 @@ int main(int argc, char** argv) {
                   "  \"align_size_bytes\": %zu,\n  \"thp\": \"%s\",\n  \"reg_us_2mib_aligned_thp\": %.1f,\n"
                   "  \"reg_us_2mib_aligned_no_thp\": %.1f,\n  \"reg_us_4kib_aligned_no_thp\": %.1f,\n"
                   "  \"reg_2mib_aligned_vs_4kib_speedup\": %.3f\n}\n",
-                  max_size, unblock_us, total_us, stall_size, stall_sync, stall_async, hit_ns,
-                  percentile(miss, 0.5), pool_ns, align_size, thp_mode().c_str(), aligned_thp, aligned_plain,
-                  small_pages, small_pages / aligned_thp);
+                  max_size, unblock_us, total_us, stall_size, stall_sync, stall_async, hit_ns, percentile(miss, 0.5),
+                  pool_ns, align_size, thp_mode().c_str(), aligned_thp, aligned_plain, small_pages,
+                  small_pages / aligned_thp);
     } else {
       std::printf("%-14s %14s\n", "bytes", "sync_reg_us");
       for (const auto& [size, us] : by_size)

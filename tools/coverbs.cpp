@@ -1,8 +1,12 @@
 // coverbs — command-line tool.
 //
 //   coverbs devices [--json]    list RDMA devices with their memory-window types and limits
+//   coverbs reg-latency ...     registration latency percentiles: sync, async, cache, pool (see --help)
+//   coverbs stress ...          registration stress from several threads, failures by errno (see --help)
 //   coverbs --help
 #include <coverbs/coverbs.hpp>
+
+#include "registration_commands.hpp"
 
 #include <cstdio>
 #include <cstring>
@@ -12,7 +16,12 @@ namespace {
 
 int usage(FILE* to) {
   std::fprintf(to, "usage: coverbs devices [--json]\n"
-                   "  devices   list RDMA devices: memory-window types, limits, default GID of port 1\n");
+                   "       coverbs reg-latency [--size 4K..1G] [--percentiles 50,99,99.9] [--iters N] [--device NAME]\n"
+                   "       coverbs stress [--size 1G] [--count N] [--threads T] [--device NAME]\n"
+                   "  devices      list RDMA devices: memory-window types, limits, default GID of port 1\n"
+                   "  reg-latency  registration latency by size: synchronous ibv_reg_mr, through the worker\n"
+                   "               pool, a registration-cache hit, a pool allocation\n"
+                   "  stress       register and deregister from several threads; failures by errno\n");
   return to == stdout ? 0 : 2;
 }
 
@@ -55,6 +64,8 @@ int main(int argc, char** argv) {
       if (argc > 3 || (argc == 3 && std::strcmp(argv[2], "--json"))) return usage(stderr);
       return devices(argc == 3);
     }
+    if (cmd == "reg-latency") return coverbs::cli::reg_latency(argc - 2, argv + 2);
+    if (cmd == "stress") return coverbs::cli::stress(argc - 2, argv + 2);
   } catch (const coverbs::system_error& e) {
     std::fprintf(stderr, "coverbs: %s\n", e.what());
     return 1;

@@ -1,0 +1,335 @@
+#include "registration_commands.hpp"
+
+#include <coverbs/buffer_pool.hpp>
+#include <coverbs/coverbs.hpp>
+#include <coverbs/registration_cache.hpp>
+#include <coverbs/registration_service.hpp>
+
+#include <boost/asio/io_context.hpp>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace coverbs::cli {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+constexpr auto rights = access::local_write | access::remote_read | access::remote_write;
+
+/// A command-line mistake: printed as "coverbs <command>: <message>", exit status 2.
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::size_t parse_size(const std::string& s, const char* option) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(s.c_str(), &end, 10);
+  unsigned shift = 0;
+  if (end != s.c_str() && *end) {
+    const char unit = static_cast<char>(std::toupper(static_cast<unsigned char>(*end++)));
+    shift = unit == 'K' ? 10 : unit == 'M' ? 20 : unit == 'G' ? 30 : 64;
+    if (*end == 'i' || *end == 'B') ++end; // 4KiB, 4KB
+    if (*end == 'B') ++end;
+  }
+  if (end == s.c_str() || *end || errno || n == 0 || shift == 64 || (n << shift) >> shift != n)
+    throw usage_error(std::string(option) + " takes a positive size like 4096, 4K, 16M or 1G (got '" + s + "')");
+  return static_cast<std::size_t>(n << shift);
+}
+
+unsigned long parse_count(const std::string& s, const char* option, unsigned long max) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long n = std::strtoul(s.c_str(), &end, 10);
+  if (end == s.c_str() || *end || errno || n == 0 || n > max)
+    throw usage_error(std::string(option) + " takes a whole number from 1 to " + std::to_string(max) + " (got '" + s +
+                      "')");
+  return n;
+}
+
+std::string human(std::size_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (u < 3 && bytes >= 1024 && bytes % 1024 == 0)
+    bytes /= 1024, ++u;
+  return std::to_string(bytes) + " " + units[u];
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const double rank = p / 100 * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(rank);
+  const auto hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
+}
+
+double us_since(clock_type::time_point t) {
+  return std::chrono::duration<double, std::micro>(clock_type::now() - t).count();
+}
+
+/// Anonymous, touched memory (registration then measures pinning, not page faults).
+struct mapping {
+  std::byte* p = nullptr;
+  std::size_t n = 0;
+  explicit mapping(std::size_t size) : n(size) {
+    void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+      throw std::runtime_error("cannot map " + human(size) + " of memory (" + std::strerror(errno) +
+                               "): choose a smaller --size");
+    p = static_cast<std::byte*>(m);
+    std::memset(p, 1, size);
+  }
+  mapping(const mapping&) = delete;
+  mapping& operator=(const mapping&) = delete;
+  ~mapping() { ::munmap(p, n); }
+  std::span<std::byte> span(std::size_t size) const { return {p, size}; }
+};
+
+/// "[#####     ] 3/10 64 MiB" on stderr, redrawn in place on a terminal.
+void progress(std::size_t done, std::size_t total, const std::string& what) {
+  constexpr int width = 30;
+  const int filled = static_cast<int>(width * done / std::max<std::size_t>(total, 1));
+  const bool tty = ::isatty(STDERR_FILENO);
+  std::fprintf(stderr, "%s[%.*s%*s] %zu/%zu %s%s", tty ? "\r" : "", filled, "##############################",
+               width - filled, "", done, total, what.c_str(), tty ? "   " : "\n");
+  if (tty && done == total) std::fprintf(stderr, "\n");
+}
+
+} // namespace
+
+int reg_latency(int argc, char** argv) try {
+  std::size_t lo = 4096, hi = std::size_t{1} << 30;
+  std::vector<double> percentiles{50, 99, 99.9};
+  unsigned long iters = 0;
+  std::string name;
+  bool json = false;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw usage_error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--size") {
+      const std::string v = value();
+      const auto dots = v.find("..");
+      lo = parse_size(v.substr(0, dots), "--size");
+      hi = dots == std::string::npos ? lo : parse_size(v.substr(dots + 2), "--size");
+      if (lo > hi) throw usage_error("--size " + v + ": the range must go from small to large (e.g. 4K..1G)");
+    } else if (a == "--percentiles") {
+      percentiles.clear();
+      const std::string v = value();
+      for (std::size_t p = 0; p <= v.size();) {
+        const std::size_t q = std::min(v.find(',', p), v.size());
+        char* end = nullptr;
+        const std::string item = v.substr(p, q - p);
+        const double x = std::strtod(item.c_str(), &end);
+        if (item.empty() || *end || !(x > 0 && x <= 100))
+          throw usage_error("--percentiles takes numbers in (0, 100] separated by commas, e.g. 50,99,99.9 (got '" +
+                            item + "')");
+        percentiles.push_back(x);
+        p = q + 1;
+      }
+    } else if (a == "--iters") {
+      iters = parse_count(value(), "--iters", 100000);
+    } else if (a == "--device") {
+      name = value();
+    } else if (a == "--json") {
+      json = true;
+    } else {
+      throw usage_error("unknown option '" + a + "' (try coverbs --help)");
+    }
+  }
+
+  device dev = device::open(name);
+  protection_domain pd(dev);
+  boost::asio::io_context io;
+  registration_service service(io.get_executor(), {.threads = 2});
+  registration_cache cache(service, {.max_entries = 64, .max_bytes_pinned = std::size_t{4} << 30, .monitor = false});
+  std::vector<std::size_t> sizes;
+  for (std::size_t s = lo; s < hi; s *= 4)
+    sizes.push_back(s);
+  sizes.push_back(hi);
+  pool_options po;
+  po.size_classes = {4096, 65536, std::size_t{1} << 20};
+  buffer_pool pool(service, pd, po);
+  mapping memory(hi);
+  const bool long_sweep = hi >= (std::size_t{64} << 20);
+
+  if (json)
+    std::printf("[");
+  else {
+    std::printf("%-10s %-6s", "size", "mode");
+    for (double p : percentiles) {
+      char label[32];
+      std::snprintf(label, sizeof label, "p%g_us", p);
+      std::printf(" %12s", label);
+    }
+    std::printf("\n");
+  }
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    const std::size_t size = sizes[k];
+    if (long_sweep) progress(k, sizes.size(), human(size));
+    const unsigned long n = iters                              ? iters
+                            : size >= (std::size_t{256} << 20) ? 5
+                            : size >= (std::size_t{16} << 20)  ? 20
+                                                               : 100;
+    std::map<std::string, std::vector<double>> samples;
+    for (unsigned long i = 0; i < n; ++i) {
+      auto t = clock_type::now();
+      {
+        memory_region mr(pd, memory.span(size), rights);
+        samples["sync"].push_back(us_since(t));
+      }
+      t = clock_type::now();
+      memory_region got;
+      reg_mr(service, pd, memory.span(size), rights, [&](error_code ec, memory_region r) {
+        throw_on_error(ec, "reg_mr");
+        samples["async"].push_back(us_since(t));
+        got = std::move(r);
+      });
+      io.restart();
+      io.run();
+    }
+    std::optional<shared_region> warm;
+    cache.async_acquire(pd, memory.span(size), rights, [&](error_code ec, shared_region r) {
+      throw_on_error(ec, "registration_cache::async_acquire");
+      warm = std::move(r);
+    });
+    io.restart();
+    io.run();
+    for (unsigned long i = 0; i < n; ++i) {
+      const auto t = clock_type::now();
+      if (!cache.lookup(pd, memory.span(size), rights)) throw std::runtime_error("the cache lost an entry in use");
+      samples["cache"].push_back(us_since(t));
+      if (size <= po.size_classes.back()) {
+        const auto t2 = clock_type::now();
+        auto b = pool.try_allocate(size);
+        samples["pool"].push_back(us_since(t2));
+        if (!b) throw std::runtime_error("the pool ran dry");
+      }
+    }
+    cache.invalidate(memory.span(size));
+    for (const char* mode : {"sync", "async", "cache", "pool"}) {
+      const auto& v = samples[mode];
+      if (v.empty()) continue;
+      if (json) {
+        std::printf("%s\n {\"bytes\": %zu, \"mode\": \"%s\", \"samples\": %zu",
+                    k || std::strcmp(mode, "sync") ? "," : "", size, mode, v.size());
+        for (double p : percentiles)
+          std::printf(", \"p%g_us\": %.3f", p, percentile(v, p));
+        std::printf("}");
+      } else {
+        std::printf("%-10s %-6s", human(size).c_str(), mode);
+        for (double p : percentiles)
+          std::printf(" %12.3f", percentile(v, p));
+        std::printf("\n");
+      }
+    }
+    std::fflush(stdout);
+  }
+  if (long_sweep) progress(sizes.size(), sizes.size(), "done");
+  if (json) std::printf("\n]\n");
+  return 0;
+} catch (const usage_error& e) {
+  std::fprintf(stderr, "coverbs reg-latency: %s\n", e.what());
+  return 2;
+} catch (const std::runtime_error& e) {
+  std::fprintf(stderr, "coverbs reg-latency: %s\n", e.what());
+  return 1;
+}
+
+int stress(int argc, char** argv) try {
+  std::size_t size = std::size_t{1} << 30;
+  unsigned long count = 100, threads = 4;
+  std::string name;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw usage_error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--size")
+      size = parse_size(value(), "--size");
+    else if (a == "--count")
+      count = parse_count(value(), "--count", 100000000);
+    else if (a == "--threads")
+      threads = parse_count(value(), "--threads", 1024);
+    else if (a == "--device")
+      name = value();
+    else
+      throw usage_error("unknown option '" + a + "' (try coverbs --help)");
+  }
+  device dev = device::open(name);
+  protection_domain pd(dev);
+  mapping memory(size); // every thread registers the same memory: one region per registration
+  std::atomic<unsigned long> next{0};
+  std::mutex mutex;
+  std::map<std::string, unsigned long> failures;
+  std::vector<double> latencies;
+  const auto start = clock_type::now();
+  std::vector<std::thread> pool;
+  for (unsigned long t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      std::vector<double> mine;
+      std::map<std::string, unsigned long> failed;
+      while (next.fetch_add(1) < count) {
+        error_code ec;
+        const auto t0 = clock_type::now();
+        memory_region mr(pd, memory.span(size), rights, ec);
+        if (ec) {
+          const int err = ec.category() == boost::system::system_category() ? ec.value() : 0;
+          const char* errno_name = err ? ::strerrorname_np(err) : nullptr;
+          ++failed[(errno_name ? std::string(errno_name)
+                               : ec.category().name() + std::string(":") + std::to_string(ec.value())) +
+                   " (" + ec.message() + ")"];
+          continue;
+        }
+        mine.push_back(us_since(t0));
+      }
+      std::lock_guard lock(mutex);
+      latencies.insert(latencies.end(), mine.begin(), mine.end());
+      for (const auto& [k, v] : failed)
+        failures[k] += v;
+    });
+  for (auto& t : pool)
+    t.join();
+  const double seconds = us_since(start) / 1e6;
+  unsigned long failed = 0;
+  for (const auto& [k, v] : failures)
+    failed += v;
+  std::printf("stress: %lu registrations of %s on %s from %lu threads in %.2f s\n", count, human(size).c_str(),
+              dev.name().c_str(), threads, seconds);
+  std::printf("  succeeded %zu, failed %lu", latencies.size(), failed);
+  if (!latencies.empty())
+    std::printf("; register p50 %.1f us, p99 %.1f us, max %.1f us; %.2f GiB/s pinned", percentile(latencies, 50),
+                percentile(latencies, 99), percentile(latencies, 100),
+                static_cast<double>(latencies.size()) * static_cast<double>(size) / seconds / (1 << 30));
+  std::printf("\n");
+  for (const auto& [k, v] : failures)
+    std::printf("  %8lu  %s\n", v, k.c_str());
+  return failed ? 1 : 0;
+} catch (const usage_error& e) {
+  std::fprintf(stderr, "coverbs stress: %s\n", e.what());
+  return 2;
+} catch (const std::runtime_error& e) {
+  std::fprintf(stderr, "coverbs stress: %s\n", e.what());
+  return 1;
+}
+
+} // namespace coverbs::cli
