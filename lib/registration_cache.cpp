@@ -159,19 +159,6 @@ void unmap_monitor::drain(std::vector<std::pair<std::uintptr_t, std::uintptr_t>>
 
 namespace {
 
-/// Shared by the handles to one entry; its end makes the entry unused.
-struct use_token {
-  use_token(std::shared_ptr<cache_entry> e, std::weak_ptr<cache_state> c) noexcept
-      : entry(std::move(e)), cache(std::move(c)) {}
-  use_token(const use_token&) = delete;
-  use_token& operator=(const use_token&) = delete;
-  std::shared_ptr<cache_entry> entry;
-  std::weak_ptr<cache_state> cache;
-  ~use_token() {
-    if (auto c = cache.lock()) c->release(entry);
-  }
-};
-
 std::uintptr_t address(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p); }
 
 } // namespace
@@ -187,17 +174,9 @@ error_code cache_state::monitor_status() const noexcept {
   return monitor_ ? monitor_->status() : errno_code(EOPNOTSUPP);
 }
 
-shared_region cache_state::handle_locked(const std::shared_ptr<cache_entry>& e, std::span<std::byte> range) {
-  std::shared_ptr<void> token = e->users.lock();
-  if (!token) {
-    token = std::make_shared<use_token>(e, weak_from_this());
-    e->users = token;
-    if (e->in_lru) {
-      lru_.erase(e->lru_pos);
-      e->in_lru = false;
-    }
-  }
-  return shared_region(std::shared_ptr<const shared_mr>(token, e->mr.get()), range);
+shared_region cache_state::handle_locked(cache_entry& e, std::span<std::byte> range) {
+  e.last_used = ++clock_;
+  return shared_region(e.mr, range);
 }
 
 void cache_state::apply_events_locked(graveyard& dead) {
@@ -226,7 +205,8 @@ std::optional<shared_region> cache_state::lookup(ibv_pd* pd, std::span<std::byte
       if (b - i->first > max_length_) break;
       if (i->second->end >= e) {
         ++hits_;
-        return handle_locked(i->second, range);
+        evict_locked(dead); // only when over the limits (handles dropped since the last insert)
+        return handle_locked(*i->second, range);
       }
     }
   }
@@ -258,21 +238,20 @@ shared_region cache_state::insert(const shared_region& fresh, std::uint64_t epoc
   }
   auto& idx = index_[{pd, rights}];
   for (auto [i, last] = idx.equal_range(b); i != last; ++i)
-    if (i->second->mr == fresh.owner()) return handle_locked(i->second, fresh.buffer()); // merged misses
+    if (i->second->mr == fresh.owner()) return handle_locked(*i->second, fresh.buffer()); // merged misses
   auto entry = std::make_shared<cache_entry>();
   entry->pd = pd;
   entry->rights = rights;
   entry->begin = b;
   entry->end = e;
   entry->mr = fresh.owner();
-  entry->indexed = true;
   entry->monitored = monitored;
   idx.emplace(b, entry);
   ++entries_;
   bytes_pinned_ += reg.size();
   unmonitored_ += monitored ? 0 : 1;
   max_length_ = std::max(max_length_, reg.size());
-  shared_region out = handle_locked(entry, fresh.buffer());
+  shared_region out = handle_locked(*entry, fresh.buffer());
   evict_locked(dead);
   return out;
 }
@@ -284,8 +263,6 @@ void cache_state::unindex_locked(const std::shared_ptr<cache_entry>& e, graveyar
       idx.erase(i);
       break;
     }
-  if (e->in_lru) lru_.erase(e->lru_pos);
-  e->in_lru = e->indexed = false;
   --entries_;
   bytes_pinned_ -= e->end - e->begin;
   unmonitored_ -= e->monitored ? 0 : 1;
@@ -293,8 +270,13 @@ void cache_state::unindex_locked(const std::shared_ptr<cache_entry>& e, graveyar
 }
 
 void cache_state::evict_locked(graveyard& dead) {
-  while (!lru_.empty() && (entries_ > max_entries_ || bytes_pinned_ > max_bytes_)) {
-    unindex_locked(lru_.front(), dead);
+  while (entries_ > max_entries_ || bytes_pinned_ > max_bytes_) {
+    std::shared_ptr<cache_entry> oldest;
+    for (const auto& [key, idx] : index_)
+      for (const auto& [at, e] : idx)
+        if (e->unused() && (!oldest || e->last_used < oldest->last_used)) oldest = e;
+    if (!oldest) return; // everything is in use
+    unindex_locked(oldest, dead);
     ++evictions_;
   }
 }
@@ -324,36 +306,33 @@ std::size_t cache_state::invalidate(std::uintptr_t begin, std::uintptr_t end) {
   return invalidate_locked(begin, end, dead);
 }
 
-void cache_state::release(const std::shared_ptr<cache_entry>& e) {
-  graveyard dead;
-  std::lock_guard lock(mutex_);
-  if (!e->users.expired() || !e->indexed) return; // used again meanwhile, or invalidated (goes with the token)
-  if (!e->in_lru) {
-    e->lru_pos = lru_.insert(lru_.end(), e);
-    e->in_lru = true;
-  }
-  evict_locked(dead);
-}
-
 void cache_state::clear() {
   graveyard dead;
   std::lock_guard lock(mutex_);
   apply_events_locked(dead);
-  while (!lru_.empty())
-    unindex_locked(lru_.front(), dead);
+  std::vector<std::shared_ptr<cache_entry>> unused;
+  for (const auto& [key, idx] : index_)
+    for (const auto& [at, e] : idx)
+      if (e->unused()) unused.push_back(e);
+  for (const auto& e : unused)
+    unindex_locked(e, dead);
 }
 
 cache_stats cache_state::stats() const {
   graveyard dead;
   std::lock_guard lock(mutex_);
-  const_cast<cache_state*>(this)->apply_events_locked(dead);
+  auto& self = const_cast<cache_state&>(*this);
+  self.apply_events_locked(dead);
+  self.evict_locked(dead);
   cache_stats s;
   s.hits = hits_;
   s.misses = misses_;
   s.evictions = evictions_;
   s.invalidations = invalidations_;
   s.entries = entries_;
-  s.unused = lru_.size();
+  for (const auto& [key, idx] : index_)
+    for (const auto& [at, e] : idx)
+      s.unused += e->unused() ? 1 : 0;
   s.bytes_pinned = bytes_pinned_;
   s.unmonitored = unmonitored_;
   return s;

@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -84,14 +83,17 @@ struct cache_entry {
   ibv_pd* pd = nullptr;
   access rights = access::none;
   std::uintptr_t begin = 0, end = 0;
+  /// Handles are copies of this pointer: the entry is unused when the cache holds the only one.
   std::shared_ptr<const shared_mr> mr;
-  std::weak_ptr<void> users; // the use token while handles exist
-  std::list<std::shared_ptr<cache_entry>>::iterator lru_pos;
-  bool in_lru = false, indexed = false, monitored = false;
+  std::uint64_t last_used = 0; // the cache's clock at the last hit (LRU order)
+  bool monitored = false;
+  bool unused() const noexcept { return mr.use_count() == 1; }
 };
 
-/// The cache proper; shared with the use tokens of handed-out handles. Thread-safe.
-class cache_state : public std::enable_shared_from_this<cache_state> {
+/// The cache proper. Thread-safe. A hit costs a lock, an index walk and a shared_ptr copy: no allocation
+/// and no callback when a handle goes; unused entries are found (and evicted, least recently used first)
+/// when the limits are exceeded.
+class cache_state {
 public:
   explicit cache_state(const cache_options& options);
   ~cache_state();
@@ -106,13 +108,11 @@ public:
   void clear();
   cache_stats stats() const;
   error_code monitor_status() const noexcept;
-  /// A use token was dropped: the entry becomes unused (LRU) or, if invalidated, goes.
-  void release(const std::shared_ptr<cache_entry>& e);
 
 private:
   using index_type = std::multimap<std::uintptr_t, std::shared_ptr<cache_entry>>;
   using graveyard = std::vector<std::shared_ptr<cache_entry>>;
-  shared_region handle_locked(const std::shared_ptr<cache_entry>& e, std::span<std::byte> range);
+  shared_region handle_locked(cache_entry& e, std::span<std::byte> range);
   void apply_events_locked(graveyard& dead);
   std::size_t invalidate_locked(std::uintptr_t begin, std::uintptr_t end, graveyard& dead);
   void unindex_locked(const std::shared_ptr<cache_entry>& e, graveyard& dead);
@@ -123,8 +123,8 @@ private:
   mutable std::mutex mutex_;
   std::map<std::pair<ibv_pd*, access>, index_type> index_;
   std::size_t max_length_ = 0;
-  std::list<std::shared_ptr<cache_entry>> lru_; // unused entries, oldest first
   std::size_t entries_ = 0, bytes_pinned_ = 0, unmonitored_ = 0;
+  std::uint64_t clock_ = 0;
   std::uint64_t hits_ = 0, misses_ = 0, evictions_ = 0, invalidations_ = 0;
   std::uint64_t epoch_ = 0;
   std::deque<std::tuple<std::uint64_t, std::uintptr_t, std::uintptr_t>> recent_; // (epoch, begin, end)
