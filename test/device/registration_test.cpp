@@ -4,6 +4,7 @@
 #include <coverbs/buffer_pool.hpp>
 #include <coverbs/registration_cache.hpp>
 
+#include "../registration_support.hpp"
 #include "loopback.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -34,22 +35,8 @@ namespace {
 
 constexpr auto rw = cv::access::local_write | cv::access::remote_read | cv::access::remote_write;
 
-/// Anonymous memory, touched.
-struct mapping {
-  std::byte* p = nullptr;
-  std::size_t n = 0;
-  explicit mapping(std::size_t size) : n(size) {
-    void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    REQUIRE(m != MAP_FAILED);
-    p = static_cast<std::byte*>(m);
-    std::memset(p, 0, size);
-  }
-  ~mapping() {
-    if (p) ::munmap(p, n);
-  }
-  std::span<std::byte> span() const { return {p, n}; }
-  std::span<std::byte> span(std::size_t offset, std::size_t size) const { return {p + offset, size}; }
-};
+using cv::test::mapping;
+using cv::test::outcome;
 
 /// The libibverbs registrar, able to hold a registration after the verb produced it (the request is then
 /// "running" with a real region in hand).
@@ -57,10 +44,7 @@ class holding_registrar final : public cv::registrar {
 public:
   ibv_mr* reg_mr(ibv_pd* pd, std::span<std::byte> b, cv::access r, error_code& ec) noexcept override {
     ibv_mr* mr = inner_->reg_mr(pd, b, r, ec);
-    std::unique_lock lock(mutex_);
-    ++produced_;
-    changed_.notify_all();
-    changed_.wait(lock, [&] { return !hold_; });
+    gate_.pass();
     return mr;
   }
   error_code dereg_mr(ibv_mr* mr) noexcept override { return inner_->dereg_mr(mr); }
@@ -68,26 +52,13 @@ public:
                       bool& valid) noexcept override {
     return inner_->rereg_mr(mr, f, pd, b, r, valid);
   }
-  void hold() {
-    std::lock_guard lock(mutex_);
-    hold_ = true;
-  }
-  void release() {
-    std::lock_guard lock(mutex_);
-    hold_ = false;
-    changed_.notify_all();
-  }
-  void wait_produced(int n) {
-    std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return produced_ >= n; });
-  }
+  void hold() { gate_.hold(); }
+  void release() { gate_.release(); }
+  void wait_produced(int n) { gate_.wait_arrived(n); }
 
 private:
   std::shared_ptr<cv::registrar> inner_ = cv::verbs_registrar();
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  bool hold_ = false;
-  int produced_ = 0;
+  cv::test::gate gate_;
 };
 
 struct fixture {
@@ -97,18 +68,15 @@ struct fixture {
   long baseline = cv::test::device_mr_count(dev.name());
   fixture() { REQUIRE(baseline >= 0); }
   long mrs_now() const { return cv::test::device_mr_count(dev.name()); }
-};
-
-struct outcome {
-  std::optional<error_code> ec;
-  cv::memory_region region;
-  std::thread::id thread;
-  auto handler() {
-    return [this](error_code e, cv::memory_region r) {
-      ec = e;
-      region = std::move(r);
-      thread = std::this_thread::get_id();
-    };
+  cv::shared_region acquire(cv::registration_cache& cache, std::span<std::byte> s) {
+    cv::shared_region out;
+    cache.async_acquire(pd, s, rw, [&](error_code ec, cv::shared_region r) {
+      REQUIRE_FALSE(ec);
+      out = std::move(r);
+    });
+    io.restart();
+    io.run();
+    return out;
   }
 };
 
@@ -332,24 +300,14 @@ TEST_CASE_METHOD(fixture, "the cache hits on a contained sub-range and evicts un
   cv::registration_service service(io.get_executor());
   cv::registration_cache cache(service, {.max_entries = 2, .max_bytes_pinned = 64 << 20, .monitor = true});
   mapping m(16 << 20);
-  const auto acquire = [&](std::span<std::byte> s) {
-    cv::shared_region out;
-    cache.async_acquire(pd, s, rw, [&](error_code ec, cv::shared_region r) {
-      REQUIRE_FALSE(ec);
-      out = std::move(r);
-    });
-    io.restart();
-    io.run();
-    return out;
-  };
-  auto whole = acquire(m.span(0, 4 << 20));
+  auto whole = acquire(cache, m.span(0, 4 << 20));
   auto part = cache.lookup(pd, m.span(1 << 20, 4096), rw);
   REQUIRE(part);
   CHECK(part->lkey() == whole.lkey());
   whole = {};
   part.reset();
-  acquire(m.span(8 << 20, 1 << 20));
-  acquire(m.span(12 << 20, 1 << 20)); // a third entry: the oldest unused goes
+  acquire(cache, m.span(8 << 20, 1 << 20));
+  acquire(cache, m.span(12 << 20, 1 << 20)); // a third entry: the oldest unused goes
   const auto s = cache.stats();
   CHECK(s.entries == 2);
   CHECK(s.evictions == 1);
@@ -366,22 +324,12 @@ TEST_CASE_METHOD(fixture,
   cv::registration_cache cache(service);
   INFO(cache.monitor_status().message());
   REQUIRE_FALSE(cache.monitor_status());
-  const auto acquire = [&](std::span<std::byte> s) {
-    cv::shared_region out;
-    cache.async_acquire(pd, s, rw, [&](error_code ec, cv::shared_region r) {
-      REQUIRE_FALSE(ec);
-      out = std::move(r);
-    });
-    io.restart();
-    io.run();
-    return out;
-  };
   // munmap of an unused entry: deregistered, not hit again
   {
     auto* p =
         static_cast<std::byte*>(::mmap(nullptr, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     REQUIRE(p != MAP_FAILED);
-    acquire({p, 1 << 20});
+    acquire(cache, {p, 1 << 20});
     CHECK(mrs_now() == baseline + 1);
     REQUIRE(::munmap(p, 1 << 20) == 0);
     CHECK_FALSE(cache.lookup(pd, {p, 4096}, rw));
@@ -389,12 +337,12 @@ TEST_CASE_METHOD(fixture,
   }
   // mmap(MAP_FIXED) over an entry in use: the handle turns invalid, the next request registers the new pages
   mapping m(1 << 20);
-  auto old = acquire(m.span());
+  auto old = acquire(cache, m.span());
   void* again = ::mmap(m.p, m.n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
   REQUIRE(again == m.p);
   CHECK_FALSE(cache.lookup(pd, m.span(0, 4096), rw));
   CHECK_FALSE(old.valid());
-  auto fresh = acquire(m.span());
+  auto fresh = acquire(cache, m.span());
   CHECK(fresh.valid());
   CHECK_FALSE(fresh.shares_registration_with(old));
   mapping source(4096);

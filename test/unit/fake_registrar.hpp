@@ -3,7 +3,8 @@
 // fail, hold a registration "running" until released, and count what is live.
 #include <coverbs/registration_service.hpp>
 
-#include <condition_variable>
+#include "../registration_support.hpp"
+
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -14,11 +15,9 @@ namespace coverbs::test {
 class fake_registrar final : public registrar {
 public:
   ibv_mr* reg_mr(ibv_pd* pd, std::span<std::byte> buffer, access rights, error_code& ec) noexcept override {
-    std::unique_lock lock(mutex_);
+    gate_.pass();
+    std::lock_guard lock(mutex_);
     ++reg_calls_;
-    ++started_;
-    changed_.notify_all();
-    changed_.wait(lock, [&] { return !hold_; });
     if (!failures_.empty()) {
       ec = failures_.front();
       failures_.pop_front();
@@ -62,20 +61,10 @@ public:
       failures_.push_back(ec);
   }
   /// While held, reg_mr blocks (the request is "running").
-  void hold() {
-    std::lock_guard lock(mutex_);
-    hold_ = true;
-  }
-  void release() {
-    std::lock_guard lock(mutex_);
-    hold_ = false;
-    changed_.notify_all();
-  }
+  void hold() { gate_.hold(); }
+  void release() { gate_.release(); }
   /// Blocks until `n` reg_mr calls have started.
-  void wait_started(int n) {
-    std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return started_ >= n; });
-  }
+  void wait_started(int n) { gate_.wait_arrived(n); }
   void set_rereg_supported(bool on) {
     std::lock_guard lock(mutex_);
     rereg_supported_ = on;
@@ -95,12 +84,11 @@ public:
 
 private:
   mutable std::mutex mutex_;
-  std::condition_variable changed_;
+  gate gate_;
   std::set<ibv_mr*> live_;
   std::deque<error_code> failures_;
-  bool hold_ = false;
   bool rereg_supported_ = false;
-  int reg_calls_ = 0, started_ = 0;
+  int reg_calls_ = 0;
   std::uint32_t next_key_ = 0;
 };
 

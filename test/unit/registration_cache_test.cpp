@@ -18,23 +18,7 @@ using cv::error_code;
 
 namespace {
 
-struct mapping {
-  std::byte* p = nullptr;
-  std::size_t n = 0;
-  explicit mapping(std::size_t size) : n(size) {
-    void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    REQUIRE(m != MAP_FAILED);
-    p = static_cast<std::byte*>(m);
-  }
-  ~mapping() {
-    if (p) ::munmap(p, n);
-  }
-  void unmap() {
-    REQUIRE(::munmap(p, n) == 0);
-    p = nullptr;
-  }
-  std::span<std::byte> span(std::size_t offset, std::size_t size) const { return {p + offset, size}; }
-};
+using cv::test::mapping;
 
 struct fixture {
   std::shared_ptr<cv::test::fake_registrar> fake = std::make_shared<cv::test::fake_registrar>();

@@ -36,19 +36,7 @@ struct fixture {
   }
 };
 
-/// Records one completion.
-struct outcome {
-  std::optional<error_code> ec;
-  cv::memory_region region;
-  std::thread::id thread;
-  auto handler() {
-    return [this](error_code e, cv::memory_region r) {
-      ec = e;
-      region = std::move(r);
-      thread = std::this_thread::get_id();
-    };
-  }
-};
+using cv::test::outcome;
 
 } // namespace
 
