@@ -3,7 +3,10 @@
 /// Everything coverbs offers, in one include.
 #include <coverbs/access.hpp>
 #include <coverbs/buffer.hpp>
+#include <coverbs/buffer_pool.hpp>
 #include <coverbs/device.hpp>
 #include <coverbs/error.hpp>
 #include <coverbs/memory_region.hpp>
 #include <coverbs/protection_domain.hpp>
+#include <coverbs/registration_cache.hpp>
+#include <coverbs/registration_service.hpp>
