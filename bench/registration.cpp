@@ -1,6 +1,6 @@
 // bench_registration: what asynchronous registration, the cache and the pool buy, in one run.
 //
-//   bench_registration [--device NAME] [--max-size 512M] [--stall-size 256M] [--json]
+//   bench_registration [--device NAME] [--max-size 512M] [--stall-size 256M] [--workers batch|idle|normal] [--json]
 //
 // Figures (medians unless named otherwise):
 //   reg_us_by_size               synchronous ibv_reg_mr of touched memory, 4 KiB .. --max-size
@@ -126,6 +126,8 @@ int main(int argc, char** argv) {
   std::string name;
   std::size_t max_size = 512 * mib, stall_size = 256 * mib;
   bool json = false;
+  coverbs::worker_scheduling scheduling = coverbs::worker_scheduling::batch;
+  std::string scheduling_name = "batch";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--device" && i + 1 < argc)
@@ -136,7 +138,17 @@ int main(int argc, char** argv) {
       stall_size = parse_size(argv[++i]);
     else if (a == "--json")
       json = true;
-    else {
+    else if (a == "--workers" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      if (v != "normal" && v != "batch" && v != "idle") {
+        std::fprintf(stderr, "bench_registration: --workers takes normal, batch or idle (got '%s')\n", v.c_str());
+        return 2;
+      }
+      scheduling = v == "normal" ? coverbs::worker_scheduling::normal
+                   : v == "idle" ? coverbs::worker_scheduling::idle
+                                 : coverbs::worker_scheduling::batch;
+      scheduling_name = v;
+    } else {
       std::fprintf(stderr,
                    "usage: bench_registration [--device NAME] [--max-size 512M] [--stall-size 256M] [--json]\n");
       return 2;
@@ -147,7 +159,7 @@ int main(int argc, char** argv) {
     coverbs::device dev = coverbs::device::open(name);
     coverbs::protection_domain pd(dev);
     asio::io_context io;
-    coverbs::registration_service service(io.get_executor(), {.threads = 2});
+    coverbs::registration_service service(io.get_executor(), {.threads = 2, .scheduling = scheduling});
     arena big(max_size, 0, true);
 
     // 1. synchronous registration by size
@@ -246,7 +258,8 @@ int main(int argc, char** argv) {
 
     const double unblock_us = percentile(unblock, 0.5), total_us = percentile(total, 0.5);
     if (json) {
-      std::printf("{\n  \"device\": \"%s\",\n  \"reg_us_by_size\": {", dev.name().c_str());
+      std::printf("{\n  \"device\": \"%s\",\n  \"workers\": \"%s\",\n  \"reg_us_by_size\": {", dev.name().c_str(),
+                  scheduling_name.c_str());
       for (std::size_t i = 0; i < by_size.size(); ++i)
         std::printf("%s\"%zu\": %.1f", i ? ", " : "", by_size[i].first, by_size[i].second);
       std::printf("},\n  \"async_size_bytes\": %zu,\n  \"async_unblock_us_512mib\": %.2f,\n"

@@ -113,7 +113,9 @@ memory_region hand_over(request& r) noexcept {
 registration_core::registration_core(std::shared_ptr<registrar> verbs, const registration_options& options)
     : acct_(std::make_shared<accounting>()), attempts_(std::max(1u, options.retry.attempts)),
       first_backoff_(options.retry.first_backoff), max_backoff_(options.retry.max_backoff),
-      multiplier_(std::max(1u, options.retry.multiplier)), batch_scheduling_(options.batch_scheduling), pool_(std::max<std::size_t>(1, options.threads)) {
+      multiplier_(std::max(1u, options.retry.multiplier)), scheduling_policy_(options.scheduling == worker_scheduling::batch  ? SCHED_BATCH
+                         : options.scheduling == worker_scheduling::idle ? SCHED_IDLE
+                                                                         : -1), pool_(std::max<std::size_t>(1, options.threads)) {
   acct_->verbs = std::move(verbs);
 }
 
@@ -258,10 +260,10 @@ void registration_core::do_rereg(request& r) noexcept {
 
 void registration_core::enter_worker() const noexcept {
   thread_local bool done = false;
-  if (done || !batch_scheduling_) return;
+  if (done || scheduling_policy_ < 0) return;
   done = true;
   sched_param param{};
-  ::sched_setscheduler(0, SCHED_BATCH, &param); // best effort: the calling thread only
+  ::sched_setscheduler(0, scheduling_policy_, &param); // best effort: the calling thread only
 }
 
 void registration_core::run(const std::shared_ptr<request>& r) noexcept {

@@ -64,14 +64,25 @@ struct retry_policy {
   std::chrono::microseconds max_backoff{50000};
 };
 
+/// How the workers are scheduled against the threads that wait for them (sched(7)).
+enum class worker_scheduling : std::uint8_t {
+  /// SCHED_OTHER, like any thread.
+  normal,
+  /// SCHED_BATCH: a woken worker never preempts the thread that woke it, so an event loop on the same CPU
+  /// keeps running while the kernel pins pages; workers still get their fair share of CPU.
+  batch,
+  /// SCHED_IDLE: any other runnable thread preempts a worker at once; registration may starve while the
+  /// CPUs are saturated.
+  idle,
+};
+
 struct registration_options {
   /// Worker threads (at least 1). Registrations of one process serialize partly in the kernel
   /// (mmap_lock), so more than a few rarely helps.
   std::size_t threads = 1;
   retry_policy retry{};
-  /// Run the workers under SCHED_BATCH (sched(7)): a woken worker then never preempts the thread that
-  /// woke it, so an event loop on the same CPU keeps running while the kernel pins pages.
-  bool batch_scheduling = true;
+  /// The workers' scheduling policy (sched(7)).
+  worker_scheduling scheduling = worker_scheduling::batch;
 };
 
 /// What the service has done; read with `registration_service::stats()`. Counters only grow except the

@@ -146,7 +146,7 @@ private:
   unsigned attempts_;
   std::chrono::microseconds first_backoff_, max_backoff_;
   unsigned multiplier_;
-  bool batch_scheduling_;
+  int scheduling_policy_; // SCHED_* or -1 for none
   mutable std::mutex mutex_;
   bool stopped_ = false;
   bool kick_pending_ = false;
