@@ -2,6 +2,8 @@
 #include <coverbs/memory_region.hpp>
 #include <coverbs/protection_domain.hpp>
 
+#include "device_internal.hpp"
+
 #include <arpa/inet.h>
 #include <sys/stat.h>
 
@@ -201,12 +203,13 @@ void check_port(const device& dev, std::uint8_t port) {
 }
 } // namespace
 
-port_attributes device::query_port(std::uint8_t port) const {
-  require_open(context_, "ibv_query_port");
-  check_port(*this, port);
+namespace detail {
+
+port_attributes query_port(ibv_context* context, std::uint8_t port) {
   ibv_port_attr a{};
-  throw_on_error(verbs_status_result(ibv_query_port(context_, port, &a)),
-                 "ibv_query_port(" + name() + ", " + std::to_string(port) + ")");
+  throw_on_error(verbs_status_result(ibv_query_port(context, port, &a)),
+                 "ibv_query_port(" + std::string(ibv_get_device_name(context->device)) + ", " + std::to_string(port) +
+                     ")");
   port_attributes p;
   p.port = port;
   p.state = a.state;
@@ -218,12 +221,16 @@ port_attributes device::query_port(std::uint8_t port) const {
   return p;
 }
 
-std::vector<gid_entry> device::query_gids(std::uint8_t port) const {
-  const port_attributes p = query_port(port);
-  const std::size_t max_entries = static_cast<std::size_t>(p.gid_table_len) * caps().phys_port_cnt;
+std::vector<gid_entry> query_gids(ibv_context* context, std::uint8_t port) {
+  ibv_device_attr attr{};
+  throw_on_error(verbs_status_result(ibv_query_device(context, &attr)), "ibv_query_device");
+  const port_attributes p = query_port(context, port);
+  const std::size_t max_entries = static_cast<std::size_t>(p.gid_table_len) * attr.phys_port_cnt;
   std::vector<ibv_gid_entry> raw(std::max<std::size_t>(max_entries, 1));
-  const ssize_t n = ibv_query_gid_table(context_, raw.data(), raw.size(), 0);
-  if (n < 0) throw system_error(verbs_status_result(n), "ibv_query_gid_table(" + name() + ")");
+  const ssize_t n = ibv_query_gid_table(context, raw.data(), raw.size(), 0);
+  if (n < 0)
+    throw system_error(verbs_status_result(n),
+                       "ibv_query_gid_table(" + std::string(ibv_get_device_name(context->device)) + ")");
   std::vector<gid_entry> out;
   for (ssize_t i = 0; i < n; ++i) {
     const ibv_gid_entry& e = raw[static_cast<std::size_t>(i)];
@@ -243,16 +250,38 @@ std::vector<gid_entry> device::query_gids(std::uint8_t port) const {
   return out;
 }
 
-gid_entry device::default_gid(std::uint8_t port) const {
-  const std::vector<gid_entry> gids = query_gids(port);
-  if (gids.empty()) throw system_error(make_error_code(errc::no_usable_gid), name() + " port " + std::to_string(port));
+gid_entry default_gid(ibv_context* context, std::uint8_t port) {
+  const std::vector<gid_entry> gids = query_gids(context, port);
+  if (gids.empty())
+    throw system_error(make_error_code(errc::no_usable_gid),
+                       std::string(ibv_get_device_name(context->device)) + " port " + std::to_string(port));
   auto pick = [&](auto pred) { return std::find_if(gids.begin(), gids.end(), pred); };
-  if (query_port(port).is_ethernet()) {
+  if (query_port(context, port).is_ethernet()) {
     auto it = pick([](const gid_entry& g) { return g.type == gid_type::roce_v2 && g.value.is_ipv4_mapped(); });
     if (it == gids.end()) it = pick([](const gid_entry& g) { return g.type == gid_type::roce_v2; });
     if (it != gids.end()) return *it;
   }
   return gids.front();
+}
+
+} // namespace detail
+
+port_attributes device::query_port(std::uint8_t port) const {
+  require_open(context_, "ibv_query_port");
+  check_port(*this, port);
+  return detail::query_port(context_, port);
+}
+
+std::vector<gid_entry> device::query_gids(std::uint8_t port) const {
+  require_open(context_, "ibv_query_gid_table");
+  check_port(*this, port);
+  return detail::query_gids(context_, port);
+}
+
+gid_entry device::default_gid(std::uint8_t port) const {
+  require_open(context_, "default_gid");
+  check_port(*this, port);
+  return detail::default_gid(context_, port);
 }
 
 std::string gid::to_string() const {

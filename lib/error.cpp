@@ -85,6 +85,17 @@ std::string coverbs_category_impl::message(int ev) const {
     return "the requested rights exceed the memory region's: a window's rights are the intersection of its own "
            "and its region's, and a remote write or atomic window needs a region with local_write (IBA C10-74)";
   case errc::unspecified_verbs_failure: return "a verb failed without reporting a reason (errno was 0)";
+  case errc::cq_overcommitted:
+    return "the completion queue is too small for another queue pair: its depth must cover the max_send_wr + "
+           "max_recv_wr of every queue pair using it (raise completion_queue_options::depth)";
+  case errc::remote_range_too_small:
+    return "the remote key covers fewer bytes than the operation moves (check remote_key::length, or slice the "
+           "local buffer)";
+  case errc::misaligned_atomic: return "atomic operations need an 8-byte aligned remote address (IBA o9-21)";
+  case errc::buffer_too_small:
+    return "the local buffer is too small for the operation (atomics need 8 bytes for the old value)";
+  case errc::atomics_unsupported: return "the device does not support atomic operations (device_caps::atomics)";
+  case errc::message_too_long: return "the message is longer than one work request can carry (2^31 bytes)";
   }
   return "unknown coverbs error " + std::to_string(ev);
 }

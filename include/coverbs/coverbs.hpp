@@ -3,7 +3,9 @@
 /// Everything coverbs offers, in one include.
 #include <coverbs/access.hpp>
 #include <coverbs/buffer.hpp>
+#include <coverbs/completion_queue.hpp>
 #include <coverbs/device.hpp>
 #include <coverbs/error.hpp>
 #include <coverbs/memory_region.hpp>
 #include <coverbs/protection_domain.hpp>
+#include <coverbs/queue_pair.hpp>

@@ -79,6 +79,18 @@ enum class errc : int {
   access_exceeds_region,
   /// A verb failed without saying why (it returned failure and left errno at 0).
   unspecified_verbs_failure,
+  /// A completion queue cannot hold the completions of another queue pair's queues.
+  cq_overcommitted,
+  /// A one-sided operation needs more bytes than the remote key covers.
+  remote_range_too_small,
+  /// An atomic operation's remote address is not 8-byte aligned (IBA o9-21).
+  misaligned_atomic,
+  /// A local buffer is smaller than the operation needs (atomics: 8 bytes).
+  buffer_too_small,
+  /// The device has no atomic operations (device_caps::atomics == none).
+  atomics_unsupported,
+  /// A message is longer than a work request can carry (2^31 bytes).
+  message_too_long,
 };
 
 /// The category of `wc_errc` values; name "coverbs.wc".
