@@ -52,7 +52,7 @@ double us_since(clock_type::time_point t) {
   return std::chrono::duration<double, std::micro>(clock_type::now() - t).count();
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char** argv) {
   std::string name;
@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
                   "raw_reg_p50_us", "raw_dereg_p50");
     bool first = true;
     for (std::size_t size : sizes) {
-      std::vector<std::byte> buffer(size, std::byte{1}); // touched, so registration measures pinning only
+      std::vector<std::byte> buffer(size, std::byte{1});  // touched, so registration measures pinning only
       std::vector<double> reg, dereg, raw_reg, raw_dereg;
       for (int i = 0; i < iters; ++i) {
         auto t = clock_type::now();

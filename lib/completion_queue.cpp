@@ -45,7 +45,7 @@ void cq_impl::close() noexcept {
   closed_ = true;
   error_code ignored;
   channel_fd_.cancel(ignored);
-  channel_fd_.release(); // the channel owns the fd
+  channel_fd_.release();  // the channel owns the fd
   ack_events(true);
   if (cq_) {
     const error_code ec = verbs_status_result(ibv_destroy_cq(cq_));
@@ -180,7 +180,7 @@ std::size_t cq_impl::drain(bool may_dispatch) {
   return n;
 }
 
-} // namespace detail
+}  // namespace detail
 
 completion_queue::completion_queue(const executor_type& ex, device& dev, const completion_queue_options& options) {
   if (!dev) throw system_error(errno_code(EBADF), "completion_queue: the device is not open");
@@ -208,4 +208,4 @@ completion_queue_stats completion_queue::stats() const noexcept {
 }
 std::size_t completion_queue::poll() { return impl_ ? impl_->drain(true) : 0; }
 
-} // namespace coverbs
+}  // namespace coverbs

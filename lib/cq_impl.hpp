@@ -61,7 +61,7 @@ private:
 
   boost::asio::posix::stream_descriptor channel_fd_;
   completion_queue_options options_;
-  bool waiting_ = false; // a readiness wait or a spin step is pending
+  bool waiting_ = false;  // a readiness wait or a spin step is pending
   bool closed_ = false;
   unsigned unacked_ = 0;
   std::chrono::steady_clock::time_point spin_deadline_{};
@@ -83,4 +83,4 @@ bool cq_impl::drain_until(Pred done, std::chrono::steady_clock::time_point deadl
   return true;
 }
 
-} // namespace coverbs::detail
+}  // namespace coverbs::detail

@@ -46,7 +46,7 @@ device_list get_device_list(int& count, error_code& ec, std::string& why) noexce
   return list;
 }
 
-} // namespace
+}  // namespace
 
 std::vector<device_info> list_devices(error_code& ec) noexcept {
   std::vector<device_info> out;
@@ -151,11 +151,11 @@ bool probe_rereg(device& dev) {
   const int rc = ibv_rereg_mr(mr.native_handle(), IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
                               to_verbs(access::local_write | access::remote_read));
   const error_code rr = verbs_rereg_result(rc, still_valid);
-  if (!still_valid) mr.release(); // the verb already destroyed it
+  if (!still_valid) mr.release();  // the verb already destroyed it
   return !rr;
 }
 
-} // namespace
+}  // namespace
 
 const device_caps& device::caps() const {
   if (caps_) return *caps_;
@@ -201,7 +201,7 @@ void check_port(const device& dev, std::uint8_t port) {
     throw system_error(make_error_code(errc::invalid_port), dev.name() + " port " + std::to_string(port) + " (it has " +
                                                                 std::to_string(dev.caps().phys_port_cnt) + ")");
 }
-} // namespace
+}  // namespace
 
 namespace detail {
 
@@ -264,7 +264,7 @@ gid_entry default_gid(ibv_context* context, std::uint8_t port) {
   return gids.front();
 }
 
-} // namespace detail
+}  // namespace detail
 
 port_attributes device::query_port(std::uint8_t port) const {
   require_open(context_, "ibv_query_port");
@@ -334,4 +334,4 @@ const char* to_string(gid_type t) noexcept {
   return "ib";
 }
 
-} // namespace coverbs
+}  // namespace coverbs

@@ -6,4 +6,4 @@ namespace coverbs::detail {
 port_attributes query_port(ibv_context* context, std::uint8_t port);
 std::vector<gid_entry> query_gids(ibv_context* context, std::uint8_t port);
 gid_entry default_gid(ibv_context* context, std::uint8_t port);
-} // namespace coverbs::detail
+}  // namespace coverbs::detail

@@ -100,7 +100,7 @@ std::string coverbs_category_impl::message(int ev) const {
   return "unknown coverbs error " + std::to_string(ev);
 }
 
-} // namespace
+}  // namespace
 
 const boost::system::error_category& wc_category() noexcept {
   static const wc_category_impl category;
@@ -116,7 +116,7 @@ namespace {
 error_code from_errno(int err) noexcept {
   return err == 0 ? make_error_code(errc::unspecified_verbs_failure) : errno_code(err);
 }
-} // namespace
+}  // namespace
 
 error_code verbs_null_result(const void* result) noexcept {
   return result != nullptr ? error_code{} : from_errno(errno);
@@ -136,4 +136,4 @@ error_code verbs_rereg_result(int rc, bool& region_still_valid) noexcept {
   return from_errno(err != 0 ? err : (rc == IBV_REREG_MR_ERR_INPUT ? EINVAL : 0));
 }
 
-} // namespace coverbs
+}  // namespace coverbs

@@ -30,7 +30,7 @@ std::string hint(const error_code& ec, std::span<std::byte> buffer, access right
   return {};
 }
 
-} // namespace
+}  // namespace
 
 memory_region::memory_region(protection_domain& pd, std::span<std::byte> buffer, access rights,
                              error_code& ec) noexcept {
@@ -100,4 +100,4 @@ ibv_mr* memory_region::release() noexcept {
   return std::exchange(mr_, nullptr);
 }
 
-} // namespace coverbs
+}  // namespace coverbs

@@ -24,9 +24,9 @@ struct node_fifo {
 
 /// One work queue's accounting (send or receive).
 struct work_queue {
-  std::uint32_t credits = 0;   // free slots
-  std::size_t outstanding = 0; // posted, not completed
-  node_fifo waiting;           // operations waiting for a credit
+  std::uint32_t credits = 0;    // free slots
+  std::size_t outstanding = 0;  // posted, not completed
+  node_fifo waiting;            // operations waiting for a credit
 };
 
 class queue_pair_impl {
@@ -58,9 +58,9 @@ private:
   void post_now(wr_node* n);
   void pump(work_queue& q);
   void flush_waiting(work_queue& q);
-  static void fail(wr_node* n, error_code ec) { n->complete(n, ec, nullptr, false); }
+  static void fail(wr_node* n, error_code ec);
 };
 
 void qp_on_completion(queue_pair_impl* qp, wr_node* node, const ibv_wc& wc, bool may_dispatch);
 
-} // namespace coverbs::detail
+}  // namespace coverbs::detail

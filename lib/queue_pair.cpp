@@ -89,7 +89,7 @@ constexpr std::size_t max_message = std::size_t{1} << 31;
 
 void set_sge(wr_node& n, const registered_span& buf) { n.sge = buf.to_sge(); }
 
-} // namespace
+}  // namespace
 
 error_code prepare_send(queue_pair_impl* qp, wr_node& n, const registered_span& buf, ibv_wr_opcode op,
                         std::uint32_t imm_or_rkey) {
@@ -262,6 +262,11 @@ queue_pair_impl::~queue_pair_impl() {
   }
 }
 
+void queue_pair_impl::fail(wr_node* n, error_code ec) {
+  if (n->on_complete) n->on_complete(n, ec);
+  n->complete(n, ec, nullptr, false);
+}
+
 void queue_pair_impl::start(wr_node* n, error_code ec) {
   if (ec) return fail(n, ec);
   if (in_error_) return fail(n, make_error_code(wc_errc::wr_flush_err));
@@ -277,8 +282,11 @@ void queue_pair_impl::start(wr_node* n, error_code ec) {
 void queue_pair_impl::post_now(wr_node* n) {
   work_queue& q = queue_of(n);
   q.credits -= n->credits;
+  n->pending = n->credits;
   int rc;
-  if (n->is_recv) {
+  if (n->post) {
+    rc = n->post(qp_, n);
+  } else if (n->is_recv) {
     ibv_recv_wr* bad = nullptr;
     rc = ibv_post_recv(qp_, &n->wr.recv, &bad);
   } else {
@@ -310,15 +318,19 @@ void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, bool may_dispa
   work_queue& q = queue_of(n);
   ++q.credits;
   --q.outstanding;
-  error_code ec = make_error_code(wc.status);
-  if (ec && !in_error_) {
+  const error_code status = make_error_code(wc.status);
+  if (status && !in_error_) {
     in_error_ = true;
-    error_ = ec;
+    error_ = status;
     flush_waiting(sq_);
     flush_waiting(rq_);
   }
-  if (ec && n->cancelled) ec = boost::asio::error::operation_aborted;
+  if (status && !n->first_error) n->first_error = status;
   pump(q);
+  if (--n->pending > 0) return;  // more of the chain to come
+  error_code ec = n->first_error;
+  if (ec && n->cancelled) ec = boost::asio::error::operation_aborted;
+  if (n->on_complete) n->on_complete(n, ec);
   n->state = node_state::done;
   n->complete(n, ec, &wc, may_dispatch);
 }
@@ -350,7 +362,7 @@ void queue_pair_impl::to_error(const error_code& why) {
   flush_waiting(rq_);
 }
 
-} // namespace detail
+}  // namespace detail
 
 // --- queue_pair ---
 
@@ -442,4 +454,4 @@ void connect_pair(queue_pair& a, queue_pair& b) {
   b.connect(a.local_address());
 }
 
-} // namespace coverbs
+}  // namespace coverbs

@@ -44,7 +44,7 @@ int devices(bool json) {
   return 0;
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) return usage(stderr);

@@ -43,7 +43,7 @@ void print_caps(const coverbs::device& dev) {
   }
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char** argv) {
   std::string name;

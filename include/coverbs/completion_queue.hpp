@@ -58,11 +58,11 @@ struct completion_queue_options {
 
 /// Counters of a completion queue's dispatch loop.
 struct completion_queue_stats {
-  std::uint64_t events = 0;           ///< channel events taken (ibv_get_cq_event)
-  std::uint64_t spurious_wakeups = 0; ///< readiness with no event pending
-  std::uint64_t arms = 0;             ///< ibv_req_notify_cq calls
-  std::uint64_t polls = 0;            ///< ibv_poll_cq calls
-  std::uint64_t completions = 0;      ///< work completions dispatched
+  std::uint64_t events = 0;            ///< channel events taken (ibv_get_cq_event)
+  std::uint64_t spurious_wakeups = 0;  ///< readiness with no event pending
+  std::uint64_t arms = 0;              ///< ibv_req_notify_cq calls
+  std::uint64_t polls = 0;             ///< ibv_poll_cq calls
+  std::uint64_t completions = 0;       ///< work completions dispatched
 };
 
 /// A completion queue bound to an executor. Move-only.
@@ -108,4 +108,4 @@ private:
   std::shared_ptr<detail::cq_impl> impl_;
 };
 
-} // namespace coverbs
+}  // namespace coverbs

@@ -134,7 +134,7 @@ inline void throw_on_error(const error_code& ec, const std::string& what) {
   if (ec) throw system_error(ec, what);
 }
 
-} // namespace coverbs
+}  // namespace coverbs
 
 template <>
 struct boost::system::is_error_code_enum<coverbs::wc_errc> : std::true_type {};

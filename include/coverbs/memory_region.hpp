@@ -76,4 +76,4 @@ private:
   access rights_ = access::none;
 };
 
-} // namespace coverbs
+}  // namespace coverbs

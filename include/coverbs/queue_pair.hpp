@@ -47,26 +47,26 @@ class protection_domain;
 /// What a peer needs to connect to a queue pair (exchanged out of band, e.g. over TCP).
 struct queue_pair_address {
   std::uint32_t qp_num = 0;
-  std::uint32_t psn = 0; ///< first packet sequence number (24 bits)
-  gid gid_value;         ///< the local GID (RoCE v2 IPv4-mapped by default)
-  std::uint16_t lid = 0; ///< InfiniBand only
+  std::uint32_t psn = 0;  ///< first packet sequence number (24 bits)
+  gid gid_value;          ///< the local GID (RoCE v2 IPv4-mapped by default)
+  std::uint16_t lid = 0;  ///< InfiniBand only
 };
 
 /// Sizes and connection attributes of a queue pair.
 struct queue_pair_options {
-  std::uint32_t max_send_wr = 128; ///< send-queue depth (operations in flight; more wait for credits)
-  std::uint32_t max_recv_wr = 128; ///< receive-queue depth
+  std::uint32_t max_send_wr = 128;  ///< send-queue depth (operations in flight; more wait for credits)
+  std::uint32_t max_recv_wr = 128;  ///< receive-queue depth
   std::uint32_t max_send_sge = 1, max_recv_sge = 1;
-  std::uint32_t max_inline_data = 64; ///< sends/writes up to this size are copied into the WQE (IBV_SEND_INLINE)
+  std::uint32_t max_inline_data = 64;  ///< sends/writes up to this size are copied into the WQE (IBV_SEND_INLINE)
   std::uint8_t port = 1;
-  int gid_index = -1;                  ///< -1: device::default_gid(port)
-  ibv_mtu path_mtu = IBV_MTU_4096;     ///< capped at the port's active MTU
-  std::uint8_t timeout = 14;           ///< local ACK timeout: 4.096 us * 2^timeout (14: ~67 ms)
-  std::uint8_t retry_cnt = 7;          ///< transport retries before wc_errc::retry_exc_err
-  std::uint8_t rnr_retry = 7;          ///< receiver-not-ready retries (7: infinite)
-  std::uint8_t min_rnr_timer = 12;     ///< RNR NAK timer code (12: 0.64 ms)
-  std::uint8_t max_rd_atomic = 0;      ///< outstanding reads/atomics as requester; 0: device maximum (<= 16)
-  std::uint8_t max_dest_rd_atomic = 0; ///< as responder; 0: device maximum (<= 16)
+  int gid_index = -1;                   ///< -1: device::default_gid(port)
+  ibv_mtu path_mtu = IBV_MTU_4096;      ///< capped at the port's active MTU
+  std::uint8_t timeout = 14;            ///< local ACK timeout: 4.096 us * 2^timeout (14: ~67 ms)
+  std::uint8_t retry_cnt = 7;           ///< transport retries before wc_errc::retry_exc_err
+  std::uint8_t rnr_retry = 7;           ///< receiver-not-ready retries (7: infinite)
+  std::uint8_t min_rnr_timer = 12;      ///< RNR NAK timer code (12: 0.64 ms)
+  std::uint8_t max_rd_atomic = 0;       ///< outstanding reads/atomics as requester; 0: device maximum (<= 16)
+  std::uint8_t max_dest_rd_atomic = 0;  ///< as responder; 0: device maximum (<= 16)
   /// What the peer may do to memory through this queue pair (qp_access_flags).
   access remote_access = access::remote_write | access::remote_read | access::remote_atomic;
 };
@@ -81,7 +81,7 @@ error_code prepare_rdma(queue_pair_impl* qp, wr_node& n, const registered_span& 
                         ibv_wr_opcode op, std::uint32_t imm);
 error_code prepare_atomic(queue_pair_impl* qp, wr_node& n, const registered_span& result, const remote_key& remote,
                           ibv_wr_opcode op, std::uint64_t compare_add, std::uint64_t swap);
-} // namespace detail
+}  // namespace detail
 
 /// A reliable-connected queue pair on a completion queue. Move-only.
 ///
@@ -236,6 +236,14 @@ public:
   /// Internal.
   detail::queue_pair_impl* impl() const noexcept { return impl_.get(); }
 
+  /// Extension point for operations built elsewhere in coverbs (memory windows): initiates an operation
+  /// whose work request(s) `prepare(detail::queue_pair_impl*, detail::wr_node&) -> error_code` fills in,
+  /// with credits, posting, flushing and cancellation as for every operation here.
+  template <detail::result_kind Kind, class Signature, class Token, class Prepare>
+  auto async_post(Token&& token, Prepare&& prepare) {
+    return initiate<Kind, Signature>(std::forward<Token>(token), std::forward<Prepare>(prepare));
+  }
+
 private:
   template <detail::result_kind Kind>
   struct initiation {
@@ -265,4 +273,4 @@ private:
 /// @throws system_error as `queue_pair::connect`.
 void connect_pair(queue_pair& a, queue_pair& b);
 
-} // namespace coverbs
+}  // namespace coverbs

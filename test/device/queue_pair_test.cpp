@@ -131,7 +131,7 @@ TEST_CASE("fetch-add and compare-swap return the old value; a failed compare lea
     CHECK(now == 7);
     std::uint64_t in_result = 0;
     std::memcpy(&in_result, result.bytes.data(), 8);
-    CHECK(in_result == 106); // the old value is also in the local result buffer
+    CHECK(in_result == 106);  // the old value is also in the local result buffer
   });
 }
 
@@ -159,7 +159,7 @@ TEST_CASE("a wrong rkey fails with rem_access_err; later and outstanding operati
   bad.rkey ^= 0x5a5a00;
   completion<std::size_t> w_bad, w_after[4];
   completion<cv::received> recv;
-  p.a.async_recv(local.span(0, 64), recv.handler()); // outstanding receive: flushed too
+  p.a.async_recv(local.span(0, 64), recv.handler());  // outstanding receive: flushed too
   p.a.async_write(local.span(0, 64), bad, w_bad.handler());
   for (auto& w : w_after)
     p.a.async_write(local.span(0, 64), remote.key(), w.handler());
@@ -231,7 +231,7 @@ TEST_CASE("a burst of ten times the send-queue depth completes through credits, 
   CHECK(max_waiting == burst - 16);
   REQUIRE(p.run_until([&] { return order.size() == burst; }));
   CHECK(failures == 0);
-  CHECK(std::is_sorted(order.begin(), order.end())); // FIFO
+  CHECK(std::is_sorted(order.begin(), order.end()));  // FIFO
   for (int i = 0; i < burst; ++i)
     CHECK(std::memcmp(remote.bytes.data() + i * 16, local.bytes.data() + i, 16) == 0);
   CHECK(p.a.sends_outstanding() == 0);
@@ -256,7 +256,7 @@ TEST_CASE("a completion queue shared by many queue pairs drains everything after
   int received = 0;
   for (auto& q : rx)
     q.async_recv(buf.span(0, 64), [&](cv::error_code ec, cv::received r) { received += (!ec && r.bytes == 8); });
-  rx_io.poll(); // arms the receive queue: one event will follow the first completion
+  rx_io.poll();  // arms the receive queue: one event will follow the first completion
   REQUIRE(rx_cq.stats().arms == 1);
   int sent = 0;
   for (auto& q : tx)
@@ -267,9 +267,9 @@ TEST_CASE("a completion queue shared by many queue pairs drains everything after
     tx_io.run_for(std::chrono::milliseconds(10));
   }
   REQUIRE(sent == pairs);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200)); // every receive has landed in rx_cq by now
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // every receive has landed in rx_cq by now
   rx_io.restart();
-  rx_io.run_one(); // the one readiness handler
+  rx_io.run_one();  // the one readiness handler
   CHECK(received == pairs);
   CHECK(rx_cq.stats().events == 1);
   CHECK(rx_cq.stats().completions == pairs);
@@ -303,7 +303,7 @@ TEST_CASE("an operation waiting for a credit is cancelled at once; a posted one 
           "[qp][cancel]") {
   cv::queue_pair_options o;
   o.max_send_wr = 1;
-  o.rnr_retry = 7; // infinite: a send without a receive at the peer stays outstanding
+  o.rnr_retry = 7;  // infinite: a send without a receive at the peer stays outstanding
   rc_pair p(o);
   test_buffer buf(p.pd, 64);
   completion<std::size_t> stuck, waiting;
@@ -319,7 +319,7 @@ TEST_CASE("an operation waiting for a credit is cancelled at once; a posted one 
   CHECK(*waiting.ec == asio::error::operation_aborted);
   CHECK_FALSE(stuck.done());
 
-  stuck_signal.emit(asio::cancellation_type::partial); // not honoured for a posted request
+  stuck_signal.emit(asio::cancellation_type::partial);  // not honoured for a posted request
   p.run_until([] { return false; }, std::chrono::seconds(1));
   CHECK_FALSE(stuck.done());
 
@@ -344,7 +344,7 @@ TEST_CASE("destroying a queue pair with operations outstanding flushes them to t
     p.io.poll();
     REQUIRE(p.cq.outstanding() == 2);
   }
-  CHECK_FALSE(r1.done()); // handlers are posted, not run inside the destructor
+  CHECK_FALSE(r1.done());  // handlers are posted, not run inside the destructor
   REQUIRE(p.run_until([&] { return r1.done() && r2.done(); }));
   CHECK(*r1.ec == cv::wc_errc::wr_flush_err);
   CHECK(*r2.ec == cv::wc_errc::wr_flush_err);
@@ -425,7 +425,7 @@ TEST_CASE("a completion queue too small for another queue pair is refused up fro
   cv::completion_queue_options co;
   co.depth = 300;
   cv::completion_queue cq(io, dev, co);
-  cv::queue_pair first(pd, cq); // 128 + 128
+  cv::queue_pair first(pd, cq);  // 128 + 128
   try {
     cv::queue_pair second(pd, cq);
     FAIL("the second queue pair fit");

@@ -57,7 +57,7 @@ struct rc_pair {
       io.restart();
       io.run_for(std::chrono::milliseconds(100));
     }
-    REQUIRE(fut.wait_for(std::chrono::seconds(0)) == std::future_status::ready); // nothing hangs
+    REQUIRE(fut.wait_for(std::chrono::seconds(0)) == std::future_status::ready);  // nothing hangs
     return fut.get();
   }
 
@@ -74,7 +74,7 @@ struct rc_pair {
   }
 };
 
-} // namespace test
+}  // namespace test
 
 namespace test {
 
@@ -94,4 +94,4 @@ struct completion {
   bool done() const { return ec.has_value(); }
 };
 
-} // namespace test
+}  // namespace test

@@ -78,7 +78,7 @@ TEST_CASE("ibv_rereg_mr results say whether the old region survived", "[error]")
 }
 
 TEST_CASE("errors travel as Asio's error_code and throw as system_error with context", "[error]") {
-  const boost::system::error_code asio_ec = wc_errc::retry_exc_err; // the type Asio handlers receive
+  const boost::system::error_code asio_ec = wc_errc::retry_exc_err;  // the type Asio handlers receive
   CHECK(asio_ec == wc_errc::retry_exc_err);
   CHECK(asio_ec != boost::asio::error::operation_aborted);
   CHECK_NOTHROW(coverbs::throw_on_error({}, "nothing"));

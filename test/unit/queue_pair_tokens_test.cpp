@@ -52,7 +52,7 @@ using recv_result = decltype(std::declval<qp&>().async_recv(span{}, std::declval
 template <class Token>
 using atomic_result = decltype(std::declval<qp&>().async_fetch_add(span{}, key{}, 1, std::declval<Token>()));
 
-} // namespace
+}  // namespace
 
 TEST_CASE("operations return what each completion token promises", "[qp][tokens]") {
   STATIC_REQUIRE(std::is_same_v<write_result<asio::use_awaitable_t<>>, asio::awaitable<std::size_t>>);

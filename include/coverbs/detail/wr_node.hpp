@@ -2,6 +2,7 @@
 // Internal: the operation node whose address is a work request's wr_id, and the templated operation that
 // owns a completion handler. Not part of the public API.
 
+#include <coverbs/buffer.hpp>
 #include <coverbs/error.hpp>
 
 #include <boost/asio/append.hpp>
@@ -27,10 +28,10 @@ namespace coverbs {
 
 /// What a receive completion reports (`ibv_wc` of an IBV_WC_RECV / IBV_WC_RECV_RDMA_WITH_IMM).
 struct received {
-  std::size_t bytes = 0;                         ///< bytes placed in the receive buffer
-  std::optional<std::uint32_t> imm;              ///< immediate data (host byte order), if the peer sent any
-  std::optional<std::uint32_t> invalidated_rkey; ///< rkey the peer invalidated with send_with_invalidate
-  bool rdma_with_imm = false;                    ///< true for the receive side of write_with_imm
+  std::size_t bytes = 0;                          ///< bytes placed in the receive buffer
+  std::optional<std::uint32_t> imm;               ///< immediate data (host byte order), if the peer sent any
+  std::optional<std::uint32_t> invalidated_rkey;  ///< rkey the peer invalidated with send_with_invalidate
+  bool rdma_with_imm = false;                     ///< true for the receive side of write_with_imm
 };
 
 namespace detail {
@@ -39,10 +40,11 @@ class queue_pair_impl;
 
 /// How a finished work request is turned into completion arguments.
 enum class result_kind : std::uint8_t {
-  length,  ///< void(error_code, std::size_t): the posted length (send, write, read)
-  receive, ///< void(error_code, received)
-  atomic,  ///< void(error_code, std::uint64_t): the old value, read from the local result buffer
-  none,    ///< void(error_code)
+  length,   ///< void(error_code, std::size_t): the posted length (send, write, read)
+  receive,  ///< void(error_code, received)
+  atomic,   ///< void(error_code, std::uint64_t): the old value, read from the local result buffer
+  key,     ///< void(error_code, remote_key): wr_node::key (memory-window binds)
+  none,     ///< void(error_code)
 };
 
 /// Where a node is in its life.
@@ -56,18 +58,32 @@ struct wr_node {
 
   complete_fn complete = nullptr;
   queue_pair_impl* qp = nullptr;
-  wr_node* next = nullptr; // credit wait queue (FIFO)
+  wr_node* next = nullptr;  // credit wait queue (FIFO)
   node_state state = node_state::waiting_credit;
   result_kind kind = result_kind::length;
   bool is_recv = false;
-  bool cancelled = false;    // terminal cancellation requested while posted
-  std::uint32_t credits = 1; // send-queue slots held (work requests in the chain)
+  bool cancelled = false;  // terminal cancellation requested while posted
+  /// Work requests this operation posts (a chain: wr.send -> chain[0]). Each holds a send-queue credit
+  /// and is signaled with wr_id = this node; the operation completes with its last completion, reporting
+  /// the first error of the chain.
+  std::uint32_t credits = 1;
+  std::uint32_t pending = 0;  // completions still to come
+  error_code first_error;
   union {
     ibv_send_wr send;
     ibv_recv_wr recv;
   } wr{};
+  ibv_send_wr chain[1]{};  // a second work request, for chains of two (invalidate + bind)
   ibv_sge sge{};
-  std::uint64_t* atomic_result = nullptr; // local 8-byte buffer of fetch_add / compare_swap
+  std::uint64_t* atomic_result = nullptr;  // local 8-byte buffer of fetch_add / compare_swap
+  remote_key key{};                        // result of result_kind::key
+
+  /// Posts instead of ibv_post_send (e.g. ibv_bind_mw for type-1 windows); returns 0 or an errno.
+  int (*post)(ibv_qp* qp, wr_node* self) = nullptr;
+  /// Runs once the last completion arrived (or the operation failed before posting), before the handler:
+  /// may adjust `ec` and record state (e.g. a type-2 window's new rkey on success, the old one on failure).
+  void (*on_complete)(wr_node* self, error_code& ec) = nullptr;
+  void* context = nullptr;  // for post / on_complete
 
   wr_node() noexcept { wr.send = ibv_send_wr{}; }
 };
@@ -102,6 +118,13 @@ struct result_for<result_kind::atomic> {
   template <class H>
   static auto bind(H&& h, error_code ec, const wr_node& n, const ibv_wc*) {
     return boost::asio::append(std::forward<H>(h), ec, ec ? std::uint64_t{0} : result_atomic(n));
+  }
+};
+template <>
+struct result_for<result_kind::key> {
+  template <class H>
+  static auto bind(H&& h, error_code ec, const wr_node& n, const ibv_wc*) {
+    return boost::asio::append(std::forward<H>(h), ec, ec ? remote_key{} : n.key);
   }
 };
 template <>
@@ -185,5 +208,5 @@ private:
   work_executor work_;
 };
 
-} // namespace detail
-} // namespace coverbs
+}  // namespace detail
+}  // namespace coverbs
