@@ -30,9 +30,8 @@ device_list get_device_list(int& count, error_code& ec, std::string& why) noexce
     const error_code cause = verbs_null_result(nullptr);
     struct stat st {};
     why = ::stat("/sys/class/infiniband_verbs", &st) != 0
-              ? "ibv_get_device_list: this kernel has no RDMA support (no /sys/class/infiniband_verbs; " +
-                    cause.message() + ")"
-              : "ibv_get_device_list: " + cause.message();
+              ? "ibv_get_device_list failed (" + cause.message() + "; /sys/class/infiniband_verbs is missing)"
+              : "ibv_get_device_list failed (" + cause.message() + ")";
     ec = make_error_code(errc::no_device);
     return list;
   }

@@ -52,7 +52,10 @@ int main(int argc, char** argv) {
   if (cmd == "--help" || cmd == "-h") return usage(stdout);
   try {
     if (cmd == "devices") {
-      if (argc > 3 || (argc == 3 && std::strcmp(argv[2], "--json"))) return usage(stderr);
+      if (argc > 3 || (argc == 3 && std::strcmp(argv[2], "--json"))) {
+        std::fprintf(stderr, "coverbs devices: unknown argument '%s'\n", argv[argc - 1]);
+        return usage(stderr);
+      }
       return devices(argc == 3);
     }
   } catch (const coverbs::system_error& e) {

@@ -13,6 +13,7 @@ bool is_rxe(const coverbs::device& d) { return d.name().rfind("rxe", 0) == 0; }
 TEST_CASE("the device list names at least one device", "[device]") {
   const auto devices = coverbs::list_devices();
   REQUIRE_FALSE(devices.empty());
+  WARN("device tests run on " << devices.front().name);  // in the log, as evidence of where they ran
   for (const auto& d : devices) {
     INFO(d.name);
     CHECK_FALSE(d.name.empty());
