@@ -84,14 +84,16 @@ void cq_impl::arm_and_wait() {
   ++stats_.arms;
   // A completion that arrived before the arming raises no event: poll again now.
   auto keep = shared_from_this();
-  drain(true);
-  if (closed_) return;
-  if (outstanding_ == 0) {
-    waiting_ = false;
-    return;
-  }
+  if (!drain_and_continue()) return;
   channel_fd_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
                          [self = std::move(keep)](const error_code& ec) { self->on_readable(ec); });
+}
+
+bool cq_impl::drain_and_continue() {
+  drain(true);
+  if (closed_) return false;
+  if (outstanding_ == 0) waiting_ = false;
+  return waiting_;
 }
 
 void cq_impl::on_readable(const error_code& ec) {
@@ -110,12 +112,7 @@ void cq_impl::on_readable(const error_code& ec) {
   if (!any) ++stats_.spurious_wakeups;
   ack_events(false);
   auto keep = shared_from_this();
-  drain(true);
-  if (closed_) return;
-  if (outstanding_ == 0) {
-    waiting_ = false;
-    return;
-  }
+  if (!drain_and_continue()) return;
   if (options_.spin.count() > 0) {
     spin_deadline_ = std::chrono::steady_clock::now() + options_.spin;
     boost::asio::post(executor_, [self = std::move(keep)] { self->spin_step(); });

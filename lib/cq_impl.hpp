@@ -55,6 +55,8 @@ private:
   void arm_and_wait();
   void on_readable(const error_code& ec);
   void spin_step();
+  /// Drains; false when the queue closed or nothing is outstanding any more (then it stops waiting).
+  bool drain_and_continue();
   bool pop(ibv_wc& wc);
   void handle(const ibv_wc& wc, bool may_dispatch);
   void ack_events(bool all) noexcept;

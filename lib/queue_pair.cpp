@@ -87,21 +87,27 @@ namespace {
 
 constexpr std::size_t max_message = std::size_t{1} << 31;
 
-void set_sge(wr_node& n, const registered_span& buf) { n.sge = buf.to_sge(); }
-
-}  // namespace
-
-error_code prepare_send(queue_pair_impl* qp, wr_node& n, const registered_span& buf, ibv_wr_opcode op,
-                        std::uint32_t imm_or_rkey) {
-  if (buf.size() > max_message) return errc::message_too_long;
-  set_sge(n, buf);
+/// The signaled send-queue work request of a node over one buffer (inline when small and allowed).
+ibv_send_wr& fill_send(queue_pair_impl* qp, wr_node& n, const registered_span& buf, ibv_wr_opcode op) {
+  n.sge = buf.to_sge();
   ibv_send_wr& wr = n.wr.send;
   wr.wr_id = reinterpret_cast<std::uintptr_t>(&n);
   wr.sg_list = &n.sge;
   wr.num_sge = buf.size() ? 1 : 0;
   wr.opcode = op;
   wr.send_flags = IBV_SEND_SIGNALED;
-  if (buf.size() && buf.size() <= qp->max_inline_) wr.send_flags |= IBV_SEND_INLINE;
+  const bool carries_data = op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV ||
+                           op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+  if (carries_data && buf.size() && buf.size() <= qp->max_inline_) wr.send_flags |= IBV_SEND_INLINE;
+  return wr;
+}
+
+}  // namespace
+
+error_code prepare_send(queue_pair_impl* qp, wr_node& n, const registered_span& buf, ibv_wr_opcode op,
+                        std::uint32_t imm_or_rkey) {
+  if (buf.size() > max_message) return errc::message_too_long;
+  ibv_send_wr& wr = fill_send(qp, n, buf, op);
   if (op == IBV_WR_SEND_WITH_IMM) wr.imm_data = htonl(imm_or_rkey);
   if (op == IBV_WR_SEND_WITH_INV) wr.invalidate_rkey = imm_or_rkey;
   return {};
@@ -110,7 +116,7 @@ error_code prepare_send(queue_pair_impl* qp, wr_node& n, const registered_span& 
 error_code prepare_recv(queue_pair_impl*, wr_node& n, const registered_span& buf) {
   if (buf.size() > max_message) return errc::message_too_long;
   n.is_recv = true;
-  set_sge(n, buf);
+  n.sge = buf.to_sge();
   ibv_recv_wr& wr = n.wr.recv;
   wr = ibv_recv_wr{};
   wr.wr_id = reinterpret_cast<std::uintptr_t>(&n);
@@ -123,14 +129,7 @@ error_code prepare_rdma(queue_pair_impl* qp, wr_node& n, const registered_span& 
                         ibv_wr_opcode op, std::uint32_t imm) {
   if (local.size() > max_message) return errc::message_too_long;
   if (remote.length < local.size()) return errc::remote_range_too_small;
-  set_sge(n, local);
-  ibv_send_wr& wr = n.wr.send;
-  wr.wr_id = reinterpret_cast<std::uintptr_t>(&n);
-  wr.sg_list = &n.sge;
-  wr.num_sge = local.size() ? 1 : 0;
-  wr.opcode = op;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  if (op != IBV_WR_RDMA_READ && local.size() && local.size() <= qp->max_inline_) wr.send_flags |= IBV_SEND_INLINE;
+  ibv_send_wr& wr = fill_send(qp, n, local, op);
   if (op == IBV_WR_RDMA_WRITE_WITH_IMM) wr.imm_data = htonl(imm);
   wr.wr.rdma.remote_addr = remote.addr;
   wr.wr.rdma.rkey = remote.rkey;
@@ -143,14 +142,8 @@ error_code prepare_atomic(queue_pair_impl* qp, wr_node& n, const registered_span
   if (result.size() < 8) return errc::buffer_too_small;
   if (remote.addr % 8 != 0) return errc::misaligned_atomic;
   if (remote.length < 8) return errc::remote_range_too_small;
-  set_sge(n, result.subspan(0, 8));
   n.atomic_result = reinterpret_cast<std::uint64_t*>(result.data());
-  ibv_send_wr& wr = n.wr.send;
-  wr.wr_id = reinterpret_cast<std::uintptr_t>(&n);
-  wr.sg_list = &n.sge;
-  wr.num_sge = 1;
-  wr.opcode = op;
-  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr& wr = fill_send(qp, n, result.subspan(0, 8), op);
   wr.wr.atomic.remote_addr = remote.addr;
   wr.wr.atomic.rkey = remote.rkey;
   wr.wr.atomic.compare_add = compare_add;
