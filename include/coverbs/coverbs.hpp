@@ -10,3 +10,4 @@
 #include <coverbs/memory_window.hpp>
 #include <coverbs/protection_domain.hpp>
 #include <coverbs/queue_pair.hpp>
+#include <coverbs/window_pool.hpp>

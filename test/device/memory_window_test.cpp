@@ -5,10 +5,13 @@
 // key works only through the queue pair that bound it). A refused remote access moves both queue pairs to
 // the error state, so each such check ends its test case (or section).
 #include <coverbs/memory_window.hpp>
+#include <coverbs/window_pool.hpp>
 
 #include "../support/rc_pair.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <cstring>
@@ -285,4 +288,125 @@ TEST_CASE("deregistering a region with bound windows is refused until they are i
   mr.deregister(ec);
   CHECK_FALSE(ec);
   CHECK_FALSE(mr);
+}
+
+namespace {
+
+/// Lets the loop run until `done` (from inside a coroutine).
+template <class Pred>
+awaitable<void> wait_for(Pred done) {
+  while (!done())
+    co_await asio::post(co_await asio::this_coro::executor, use_awaitable);
+}
+
+}  // namespace
+
+TEST_CASE("a leased key works until revoked, then the window returns to the pool", "[mw][lease]") {
+  rc_pair p;
+  test_buffer region(p.pd, 1 << 16, region_rights), peer(p.pd, 4096);
+  cv::window_pool pool(p.pd, {.type = cv::window_type::type2, .initial_windows = 2, .max_windows = 4});
+  CHECK(pool.size() == 2);
+  CHECK(pool.free() == 2);
+  p.run([&]() -> awaitable<void> {
+    cv::window_lease lease = co_await pool.async_lease(p.a, region.mr, {0, 4096}, cv::access::remote_write);
+    CHECK(lease.active());
+    CHECK(pool.free() == 1);
+    CHECK_FALSE(lease.expires_at());
+    const auto key = lease.key();
+    const auto wrote = co_await peer_write(p, peer, key);
+    CHECK_FALSE(wrote);
+    co_await lease.async_revoke();
+    CHECK_FALSE(lease.active());
+    CHECK(pool.free() == 2);
+    const auto refused = co_await peer_write(p, peer, key);
+    CHECK(refused == cv::wc_errc::rem_access_err);
+  });
+}
+
+TEST_CASE("a lease expires at its time-to-live and its key is dead afterwards", "[mw][lease]") {
+  rc_pair p;
+  test_buffer region(p.pd, 1 << 16, region_rights), peer(p.pd, 4096);
+  cv::window_pool pool(p.pd);
+  const auto before = cv::window_statistics();
+  p.run([&]() -> awaitable<void> {
+    const auto ttl = std::chrono::milliseconds(300);
+    const auto start = std::chrono::steady_clock::now();
+    cv::window_lease lease = co_await pool.async_lease(p.a, region.mr, {}, cv::access::remote_write, ttl);
+    REQUIRE(lease.expires_at());
+    CHECK(*lease.expires_at() >= start + ttl);
+    const auto key = lease.key();
+    auto [held] = co_await lease.async_hold(tuple);
+    CHECK(held == cv::errc::lease_expired);
+    CHECK(std::chrono::steady_clock::now() >= *lease.expires_at());  // never early
+    CHECK_FALSE(lease.active());
+    const auto refused = co_await peer_write(p, peer, key);
+    CHECK(refused == cv::wc_errc::rem_access_err);
+  });
+  CHECK(cv::window_statistics().leases_expired == before.leases_expired + 1);
+}
+
+TEST_CASE("a cancelled hold completes only after the key is dead", "[mw][lease][cancel]") {
+  const auto type = GENERATE(asio::cancellation_type::terminal, asio::cancellation_type::total);
+  rc_pair p;
+  test_buffer region(p.pd, 1 << 16, region_rights), peer(p.pd, 4096);
+  cv::window_pool pool(p.pd, {.initial_windows = 1});
+  p.run([&]() -> awaitable<void> {
+    cv::window_lease lease = co_await pool.async_lease(p.a, region.mr, {}, cv::access::remote_write);
+    const auto key = lease.key();
+    asio::cancellation_signal cancel;
+    test::completion<int> held;
+    bool dead_in_handler = false;
+    lease.async_hold(asio::bind_cancellation_slot(cancel.slot(), [&](cv::error_code ec) {
+      // The key is dead and the window back in the pool before this runs.
+      dead_in_handler = !lease.active() && pool.free() == 1;
+      held.handler()(ec, 0);
+    }));
+    cancel.emit(type);
+    co_await wait_for([&] { return held.done(); });
+    CHECK(*held.ec == asio::error::operation_aborted);
+    CHECK(dead_in_handler);
+    const auto refused = co_await peer_write(p, peer, key);
+    CHECK(refused == cv::wc_errc::rem_access_err);
+  });
+}
+
+TEST_CASE("the peer's send-with-invalidate ends a hold with success", "[mw][lease]") {
+  rc_pair p;
+  test_buffer region(p.pd, 1 << 16, region_rights), peer(p.pd, 4096), inbox(p.pd, 4096);
+  cv::window_pool pool(p.pd, {.initial_windows = 1});
+  p.run([&]() -> awaitable<void> {
+    cv::window_lease lease = co_await pool.async_lease(p.a, region.mr, {}, cv::access::remote_write);
+    p.a.async_recv(inbox.span(0, 64), [](cv::error_code, cv::received) {});
+    test::completion<int> held;
+    lease.async_hold([&](cv::error_code ec) { held.handler()(ec, 0); });
+    co_await p.b.async_send_with_invalidate(peer.span(0, 8), lease.key().rkey);
+    co_await wait_for([&] { return held.done(); });
+    CHECK_FALSE(*held.ec);
+    CHECK_FALSE(lease.active());
+    CHECK(pool.free() == 1);
+  });
+}
+
+TEST_CASE("a pool grows on demand up to its bound, and a dropped lease revokes its key", "[mw][pool]") {
+  rc_pair p;
+  test_buffer region(p.pd, 1 << 16, region_rights), peer(p.pd, 4096);
+  cv::window_pool pool(p.pd, {.initial_windows = 1, .max_windows = 2});
+  p.run([&]() -> awaitable<void> {
+    auto l1 = co_await pool.async_lease(p.a, region.mr, {0, 4096}, cv::access::remote_read);
+    auto l2 = co_await pool.async_lease(p.a, region.mr, {4096, 4096}, cv::access::remote_read);
+    CHECK(pool.size() == 2);
+    auto [e3, l3] = co_await pool.async_lease(p.a, region.mr, {}, cv::access::remote_read, {}, tuple);
+    CHECK(e3 == cv::errc::window_pool_exhausted);
+    CHECK_FALSE(l3);
+    auto [bad, l4] = co_await pool.async_lease(p.a, region.mr, {0, 1 << 20}, cv::access::remote_read, {}, tuple);
+    CHECK(bad == cv::errc::window_pool_exhausted);
+    const auto key = l1.key();
+    l1 = cv::window_lease();  // dropping it revokes the key asynchronously
+    co_await wait_for([&] { return pool.free() == 1; });
+    auto [bad2, l5] = co_await pool.async_lease(p.a, region.mr, {0, 1 << 20}, cv::access::remote_read, {}, tuple);
+    CHECK(bad2 == cv::errc::range_outside_region);
+    CHECK(pool.free() == 1);  // the window came back after the refused bind
+    const auto refused = co_await peer_read(p, peer, key);
+    CHECK(refused == cv::wc_errc::rem_access_err);
+  });
 }
