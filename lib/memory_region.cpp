@@ -89,8 +89,10 @@ void memory_region::deregister(error_code& ec) noexcept {
     ec = errc::region_has_bound_windows;
     return;
   }
+  const ibv_mr* mr = mr_;
   ec = verbs_status_result(ibv_dereg_mr(mr_));
   if (!ec) {
+    detail::forget_region(mr);
     mr_ = nullptr;
     rights_ = access::none;
   }

@@ -17,9 +17,13 @@ namespace {
 
 /// Which window has which live key, how many windows each region has bound, and each device's window
 /// types. Windows of different threads meet here, hence the mutex.
+///
+/// A window's rkey changes only in its low 8 bits (the key IBA lets the consumer choose; ibv_inc_rkey), so
+/// windows are filed once, at allocation, under (device, rkey >> 8); binds then touch no map, and the region
+/// counts keep their entries (dropped when the region is deregistered) — the data path never allocates.
 struct window_registry {
   std::mutex mutex;
-  std::map<std::pair<const ibv_context*, std::uint32_t>, window_impl*> by_key;
+  std::map<std::pair<const ibv_context*, std::uint32_t>, window_impl*> by_index;
   std::unordered_map<const ibv_mr*, std::size_t> bound_per_region;
   std::unordered_map<const ibv_context*, unsigned long long> cap_flags;
 };
@@ -31,12 +35,38 @@ window_registry& registry() {
 
 constexpr auto relaxed = std::memory_order_relaxed;
 
+std::pair<const ibv_context*, std::uint32_t> index_of(const ibv_mw* mw) noexcept {
+  return {mw->context, mw->rkey >> 8};
+}
+
+void file_window(window_impl* w) {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.by_index[index_of(w->mw)] = w;
+}
+
+void unfile_window(window_impl* w) noexcept {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.by_index.find(index_of(w->mw));
+  if (it != r.by_index.end() && it->second == w) r.by_index.erase(it);
+}
+
+/// The window whose live key is `rkey`, if coverbs knows one.
+window_impl* find_bound(const ibv_context* context, std::uint32_t rkey) noexcept {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.by_index.find({context, rkey >> 8});
+  if (it == r.by_index.end()) return nullptr;
+  window_impl* w = it->second;
+  return w->state == window_state::bound && w->key.rkey == rkey ? w : nullptr;
+}
+
 /// Records `w`'s current binding (w->key, w->mr) as live.
 void record_bound(window_impl* w) {
   auto& r = registry();
   {
     std::lock_guard lock(r.mutex);
-    r.by_key[{w->mw->context, w->key.rkey}] = w;
     ++r.bound_per_region[w->mr];
   }
   counters().windows_bound.fetch_add(1, relaxed);
@@ -48,10 +78,8 @@ void record_unbound(window_impl* w) {
     auto& r = registry();
     {
       std::lock_guard lock(r.mutex);
-      auto it = r.by_key.find({w->mw->context, w->key.rkey});
-      if (it != r.by_key.end() && it->second == w) r.by_key.erase(it);
       auto rit = r.bound_per_region.find(w->mr);
-      if (rit != r.bound_per_region.end() && --rit->second == 0) r.bound_per_region.erase(rit);
+      if (rit != r.bound_per_region.end() && rit->second > 0) --rit->second;
     }
     counters().windows_bound.fetch_sub(1, relaxed);
   }
@@ -65,6 +93,7 @@ ibv_mw_type verbs_type(window_type t) noexcept { return t == window_type::type1 
 
 void dealloc(window_impl* w) noexcept {
   if (!w->mw) return;
+  unfile_window(w);
   if (const error_code ec = verbs_status_result(ibv_dealloc_mw(w->mw)))
     std::fprintf(stderr, "coverbs: ibv_dealloc_mw failed (%s); the window is leaked\n", ec.message().c_str());
   w->mw = nullptr;
@@ -79,9 +108,13 @@ void replace(window_impl* w) noexcept {
   counters().windows_replaced.fetch_add(1, relaxed);
   if (w->orphaned) return;
   w->mw = ibv_alloc_mw(w->pd, verbs_type(w->type));
-  if (w->mw)
+  if (w->mw) {
     counters().windows_allocated.fetch_add(1, relaxed);
-  else
+    try {
+      file_window(w);
+    } catch (...) {  // out of memory: the window works, only lookups by rkey will not find it
+    }
+  } else
     std::fprintf(stderr, "coverbs: ibv_alloc_mw failed while replacing a window; the window is now empty\n");
 }
 
@@ -172,15 +205,15 @@ std::size_t windows_bound_to(const ibv_mr* mr) noexcept {
   return it == r.bound_per_region.end() ? 0 : it->second;
 }
 
+void forget_region(const ibv_mr* mr) noexcept {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.bound_per_region.erase(mr);
+}
+
 void note_remote_invalidation(ibv_context* context, std::uint32_t rkey) noexcept {
-  window_impl* w = nullptr;
-  {
-    auto& r = registry();
-    std::lock_guard lock(r.mutex);
-    auto it = r.by_key.find({context, rkey});
-    if (it != r.by_key.end()) w = it->second;
-  }
-  if (!w || w->state != window_state::bound) return;
+  window_impl* w = find_bound(context, rkey);
+  if (!w) return;
   record_unbound(w);
   counters().remote_invalidations.fetch_add(1, relaxed);
   if (w->on_remote_invalidation) w->on_remote_invalidation(w->hook_context);
@@ -300,13 +333,7 @@ error_code prepare_invalidate(queue_pair_impl* q, wr_node& n, window_impl* w) {
 }
 
 error_code prepare_invalidate_rkey(queue_pair_impl* q, wr_node& n, std::uint32_t rkey) {
-  window_impl* w = nullptr;
-  {
-    auto& r = registry();
-    std::lock_guard lock(r.mutex);
-    auto it = r.by_key.find({q->qp_->context, rkey});
-    if (it != r.by_key.end()) w = it->second;
-  }
+  window_impl* w = find_bound(q->qp_->context, rkey);
   if (!w) return errc::rkey_not_a_window;
   return prepare_invalidate(q, n, w);
 }
@@ -380,8 +407,14 @@ memory_window::memory_window(protection_domain& pd, window_type type, error_code
   w->mw = mw;
   w->pd = pd.native_handle();
   w->type = kind;
-  impl_.reset(w);
   detail::counters().windows_allocated.fetch_add(1, detail::relaxed);
+  impl_.reset(w);
+  try {
+    detail::file_window(w);
+  } catch (const std::bad_alloc&) {
+    impl_.reset();
+    ec = errno_code(ENOMEM);
+  }
 }
 
 memory_window::memory_window(protection_domain& pd, window_type type) {

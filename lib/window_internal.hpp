@@ -35,6 +35,8 @@ public:
 
 /// Windows bound now to `mr` (as coverbs recorded them).
 std::size_t windows_bound_to(const ibv_mr* mr) noexcept;
+/// `mr` was deregistered: drops its entry.
+void forget_region(const ibv_mr* mr) noexcept;
 
 /// A receive on a queue pair of `context` reported that the peer invalidated `rkey` (IBV_WC_WITH_INV):
 /// marks the window with that key unbound. Runs on the queue pair's executor.
