@@ -14,7 +14,7 @@
 //   bind_overhead_ratio    mw2_bind_us / raw_mw2_bind_us (coverbs on a busy-polling completion queue)
 //   mw2_bind_event_us      mw2_bind_us on an event-driven completion queue (sleeps on the channel)
 //   loop_turn_us           one `co_await post(...)` round trip through the same io_context (the loop's own cost)
-// Rounds alternate between coverbs and raw verbs so that drift hits both alike.
+// Every iteration measures each figure once (raw verbs first), so that the machine's noise hits all alike.
 #include <coverbs/coverbs.hpp>
 
 #include <boost/asio/co_spawn.hpp>
@@ -66,44 +66,47 @@ struct samples {
   std::vector<double> mw1, mw2, mw2_rebind, mw2_event, raw_mw2, rereg, loop_turn;
 };
 
-/// coverbs: `n` type-1 binds, `n` type-2 binds (each followed by an untimed invalidation), `n` rights changes.
-awaitable<void> coverbs_round(cv::queue_pair& qp, cv::memory_region& mr, cv::memory_window& w1, cv::memory_window& w2,
-                              int n, samples& s) {
+/// The windows and queue pairs of one run.
+struct setup {
+  cv::queue_pair& qp;        // busy-polling completion queue
+  cv::queue_pair& qp_event;  // event-driven completion queue
+  cv::memory_region& mr;
+  cv::memory_window &w1, &w2, &w2_rebind, &w2_event;
+  ibv_qp* raw_qp;
+  ibv_cq* raw_cq;
+  ibv_mw* raw_mw;
+};
+
+void raw_bind(const setup& u, samples& s);
+
+/// One iteration of every data-path figure, interleaved so that the machine's noise hits each alike.
+awaitable<void> round(const setup& u, int n, samples& s) {
+  const auto time = [](std::vector<double>& into, clock_type::time_point t) { into.push_back(us_since(t)); };
   for (int i = 0; i < n; ++i) {
-    const auto t = clock_type::now();
-    co_await cv::bind_mw(qp, w1, mr, {0, 4096}, cv::access::remote_read);
-    s.mw1.push_back(us_since(t));
-  }
-  for (int i = 0; i < n; ++i) {
-    const auto t = clock_type::now();
-    co_await cv::bind_mw(qp, w2, mr, {0, 4096}, cv::access::remote_read);
-    s.mw2.push_back(us_since(t));
-    co_await cv::invalidate(qp, w2);
-  }
-  co_await cv::bind_mw(qp, w2, mr, {0, 4096}, cv::access::remote_read);
-  for (int i = 0; i < n; ++i) {
+    raw_bind(u, s);
+
+    auto t = clock_type::now();
+    co_await cv::bind_mw(u.qp, u.w2, u.mr, {0, 4096}, cv::access::remote_read);
+    time(s.mw2, t);
+    co_await cv::invalidate(u.qp, u.w2);
+
+    t = clock_type::now();
+    co_await cv::bind_mw(u.qp, u.w1, u.mr, {0, 4096}, cv::access::remote_read);
+    time(s.mw1, t);
+
     const auto rights = i % 2 ? cv::access::remote_read : cv::access::remote_write;
-    const auto t = clock_type::now();
-    co_await cv::rebind_mw(qp, w2, mr, {0, 4096}, rights);
-    s.mw2_rebind.push_back(us_since(t));
-  }
-  co_await cv::invalidate(qp, w2);
-}
+    t = clock_type::now();
+    co_await cv::rebind_mw(u.qp, u.w2_rebind, u.mr, {0, 4096}, rights);
+    time(s.mw2_rebind, t);
 
-awaitable<void> loop_round(int n, samples& s) {
-  for (int i = 0; i < n; ++i) {
-    const auto t = clock_type::now();
+    t = clock_type::now();
+    co_await cv::bind_mw(u.qp_event, u.w2_event, u.mr, {0, 4096}, cv::access::remote_read);
+    time(s.mw2_event, t);
+    co_await cv::invalidate(u.qp_event, u.w2_event);
+
+    t = clock_type::now();
     co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
-    s.loop_turn.push_back(us_since(t));
-  }
-}
-
-awaitable<void> event_round(cv::queue_pair& qp, cv::memory_region& mr, cv::memory_window& w2, int n, samples& s) {
-  for (int i = 0; i < n; ++i) {
-    const auto t = clock_type::now();
-    co_await cv::bind_mw(qp, w2, mr, {0, 4096}, cv::access::remote_read);
-    s.mw2_event.push_back(us_since(t));
-    co_await cv::invalidate(qp, w2);
+    time(s.loop_turn, t);
   }
 }
 
@@ -116,30 +119,29 @@ void poll_one(ibv_cq* cq) {
     throw cv::system_error(got < 0 ? cv::errno_code(EIO) : cv::make_error_code(wc.status), "raw bind loop");
 }
 
-/// Raw verbs: `n` type-2 binds, each followed by an untimed LOCAL_INV, busy-polling the queue's CQ.
-void raw_round(ibv_qp* qp, ibv_cq* cq, ibv_mr* mr, ibv_mw* mw, int n, samples& s) {
-  for (int i = 0; i < n; ++i) {
-    ibv_send_wr wr{}, *bad = nullptr;
-    wr.opcode = IBV_WR_BIND_MW;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.bind_mw.mw = mw;
-    wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
-    wr.bind_mw.bind_info.mr = mr;
-    wr.bind_mw.bind_info.addr = reinterpret_cast<std::uintptr_t>(mr->addr);
-    wr.bind_mw.bind_info.length = 4096;
-    wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ;
-    const auto t = clock_type::now();
-    if (int rc = ibv_post_send(qp, &wr, &bad)) throw cv::system_error(cv::errno_code(rc), "ibv_post_send(BIND_MW)");
-    poll_one(cq);
-    s.raw_mw2.push_back(us_since(t));
-    mw->rkey = wr.bind_mw.rkey;
-    ibv_send_wr inv{};
-    inv.opcode = IBV_WR_LOCAL_INV;
-    inv.send_flags = IBV_SEND_SIGNALED;
-    inv.invalidate_rkey = mw->rkey;
-    if (int rc = ibv_post_send(qp, &inv, &bad)) throw cv::system_error(cv::errno_code(rc), "ibv_post_send(LOCAL_INV)");
-    poll_one(cq);
-  }
+/// Raw verbs: a type-2 bind (timed) and its LOCAL_INV, busy-polling the queue pair's own completion queue.
+void raw_bind(const setup& u, samples& s) {
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.opcode = IBV_WR_BIND_MW;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.bind_mw.mw = u.raw_mw;
+  wr.bind_mw.rkey = ibv_inc_rkey(u.raw_mw->rkey);
+  wr.bind_mw.bind_info.mr = u.mr.native_handle();
+  wr.bind_mw.bind_info.addr = reinterpret_cast<std::uintptr_t>(u.mr.data());
+  wr.bind_mw.bind_info.length = 4096;
+  wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ;
+  const auto t = clock_type::now();
+  if (int rc = ibv_post_send(u.raw_qp, &wr, &bad)) throw cv::system_error(cv::errno_code(rc), "ibv_post_send(BIND_MW)");
+  poll_one(u.raw_cq);
+  s.raw_mw2.push_back(us_since(t));
+  u.raw_mw->rkey = wr.bind_mw.rkey;
+  ibv_send_wr inv{};
+  inv.opcode = IBV_WR_LOCAL_INV;
+  inv.send_flags = IBV_SEND_SIGNALED;
+  inv.invalidate_rkey = u.raw_mw->rkey;
+  if (int rc = ibv_post_send(u.raw_qp, &inv, &bad))
+    throw cv::system_error(cv::errno_code(rc), "ibv_post_send(LOCAL_INV)");
+  poll_one(u.raw_cq);
 }
 
 /// The same rights change by re-registering: rereg where supported, else dereg + reg.
@@ -202,17 +204,16 @@ int main(int argc, char** argv) {
     std::vector<std::byte> bytes(1 << 20, std::byte{1}), rereg_bytes(1 << 20, std::byte{1});
     cv::memory_region mr(pd, bytes, region_rights);
     cv::memory_window w1(pd, cv::window_type::type1), w2(pd, cv::window_type::type2),
-        w2_event(pd, cv::window_type::type2);
+        w2_rebind(pd, cv::window_type::type2), w2_event(pd, cv::window_type::type2);
     ibv_mw* raw_mw = ibv_alloc_mw(pd.native_handle(), IBV_MW_TYPE_2);
     if (!raw_mw) throw cv::system_error(cv::verbs_null_result(raw_mw), "ibv_alloc_mw");
 
     samples s;
+    const setup u{a, e, mr, w1, w2, w2_rebind, w2_event, ra.native_handle(), cq_raw.native_handle(), raw_mw};
+    run(io, [&]() -> awaitable<void> { co_await cv::bind_mw(a, w2_rebind, mr, {0, 4096}, cv::access::remote_read); });
     constexpr int rounds = 5;
     for (int r = 0; r < rounds; ++r) {
-      run(io, [&] { return coverbs_round(a, mr, w1, w2, iters / rounds, s); });
-      raw_round(ra.native_handle(), cq_raw.native_handle(), mr.native_handle(), raw_mw, iters / rounds, s);
-      run(io, [&] { return event_round(e, mr, w2_event, iters / rounds, s); });
-      run(io, [&] { return loop_round(iters / rounds, s); });
+      run(io, [&] { return round(u, iters / rounds, s); });
       rereg_round(pd, rereg_bytes, caps.rereg_mr, rereg_iters / rounds, s);
     }
     ibv_dealloc_mw(raw_mw);
