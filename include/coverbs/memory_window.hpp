@@ -155,6 +155,18 @@ private:
   std::unique_ptr<detail::window_impl, detail::window_impl_deleter> impl_;
 };
 
+namespace detail {
+/// bind_mw (`rebind == false`) and rebind_mw.
+template <class Token>
+auto async_bind(queue_pair& qp, memory_window& window, const memory_region& region, window_range range, access rights,
+                bool rebind, Token&& token) {
+  return qp.async_post<result_kind::key, void(error_code, remote_key)>(
+      std::forward<Token>(token),
+      [w = window.impl(), mr = region.native_handle(), rr = region.rights(), range, rights,
+       rebind](queue_pair_impl* q, wr_node& n) { return prepare_bind(q, n, w, mr, rr, range, rights, rebind); });
+}
+}  // namespace detail
+
 /// Binds `window` to `range` of `region` with `rights` and produces the remote key a peer uses.
 ///
 /// Type 2 posts IBV_WR_BIND_MW with the next key (ibv_inc_rkey(3) of the current one) and records it in the
@@ -181,11 +193,7 @@ private:
 template <class Token = queue_pair::default_token>
 auto bind_mw(queue_pair& qp, memory_window& window, const memory_region& region, window_range range, access rights,
              Token&& token = {}) {
-  return qp.async_post<detail::result_kind::key, void(error_code, remote_key)>(
-      std::forward<Token>(token), [w = window.impl(), mr = region.native_handle(), rr = region.rights(), range,
-                                   rights](detail::queue_pair_impl* q, detail::wr_node& n) {
-        return detail::prepare_bind(q, n, w, mr, rr, range, rights, false);
-      });
+  return detail::async_bind(qp, window, region, range, rights, false, std::forward<Token>(token));
 }
 
 /// As `bind_mw`, for a window that may be bound already: its old key dies and the new binding (for example
@@ -197,11 +205,7 @@ auto bind_mw(queue_pair& qp, memory_window& window, const memory_region& region,
 template <class Token = queue_pair::default_token>
 auto rebind_mw(queue_pair& qp, memory_window& window, const memory_region& region, window_range range, access rights,
                Token&& token = {}) {
-  return qp.async_post<detail::result_kind::key, void(error_code, remote_key)>(
-      std::forward<Token>(token), [w = window.impl(), mr = region.native_handle(), rr = region.rights(), range,
-                                   rights](detail::queue_pair_impl* q, detail::wr_node& n) {
-        return detail::prepare_bind(q, n, w, mr, rr, range, rights, true);
-      });
+  return detail::async_bind(qp, window, region, range, rights, true, std::forward<Token>(token));
 }
 
 /// Kills the window's key and completes once the device has retired it: IBV_WR_LOCAL_INV for type 2, a

@@ -89,11 +89,7 @@ public:
   /// @par Per-Operation Cancellation Not cancellable (it completes within one invalidation).
   template <class Token = queue_pair::default_token>
   auto async_revoke(Token&& token = {}) {
-    return boost::asio::async_initiate<Token, void(error_code)>(
-        [](auto handler, std::shared_ptr<detail::lease_state> s) {
-          detail::add_waiter(s, detail::revoke_handler(std::move(handler)), false);
-        },
-        token, state_);
+    return async_wait_dead(false, std::forward<Token>(token));
   }
 
   /// Waits until the key dies.
@@ -104,14 +100,19 @@ public:
   /// once the key is dead.
   template <class Token = queue_pair::default_token>
   auto async_hold(Token&& token = {}) {
+    return async_wait_dead(true, std::forward<Token>(token));
+  }
+
+private:
+  template <class Token>
+  auto async_wait_dead(bool hold, Token&& token) {
     return boost::asio::async_initiate<Token, void(error_code)>(
-        [](auto handler, std::shared_ptr<detail::lease_state> s) {
-          detail::add_waiter(s, detail::revoke_handler(std::move(handler)), true);
+        [hold](auto handler, std::shared_ptr<detail::lease_state> s) {
+          detail::add_waiter(s, detail::revoke_handler(std::move(handler)), hold);
         },
         token, state_);
   }
 
-private:
   std::shared_ptr<detail::lease_state> state_;
 };
 

@@ -277,6 +277,7 @@ TEST_CASE("deregistering a region with bound windows is refused until they are i
   const int raw = ibv_dereg_mr(mr.native_handle());
   REQUIRE(raw != 0);
   INFO("ibv_dereg_mr with bound windows: " << cv::verbs_status_result(raw).message());
+  if (p.dev.name().rfind("rxe", 0) == 0) CHECK(cv::verbs_status_result(raw) == boost::system::errc::invalid_argument);
   cv::error_code ec;
   mr.deregister(ec);
   CHECK(ec == cv::errc::region_has_bound_windows);
