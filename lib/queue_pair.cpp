@@ -4,6 +4,7 @@
 #include "cq_impl.hpp"
 #include "device_internal.hpp"
 #include "qp_impl.hpp"
+#include "window_internal.hpp"
 
 #include <boost/asio/error.hpp>
 
@@ -57,12 +58,22 @@ bool node_fifo::remove(wr_node* n) noexcept {
 
 std::size_t result_length(const wr_node& n) noexcept { return n.sge.length; }
 
+namespace {
+/// Whether a receive consumed a send-with-invalidate. rxe (Linux 6.1) writes the kernel's IB_WC_WITH_INVALIDATE
+/// (bit 2) into its user-mapped completion queue, where libibverbs' IBV_WC_WITH_INV is bit 3 and bit 2 means
+/// IBV_WC_IP_CSUM_OK — which no provider reports for an RC receive. Read both as invalidation.
+bool received_invalidation(const ibv_wc& wc) noexcept {
+  if (wc.wc_flags & IBV_WC_WITH_INV) return true;
+  return wc.opcode == IBV_WC_RECV && (wc.wc_flags & IBV_WC_IP_CSUM_OK) && !(wc.wc_flags & IBV_WC_WITH_IMM);
+}
+}  // namespace
+
 received result_received(const ibv_wc* wc) noexcept {
   received r;
   if (!wc) return r;
   r.bytes = wc->byte_len;
   if (wc->wc_flags & IBV_WC_WITH_IMM) r.imm = ntohl(wc->imm_data);
-  if (wc->wc_flags & IBV_WC_WITH_INV) r.invalidated_rkey = wc->invalidated_rkey;
+  if (received_invalidation(*wc)) r.invalidated_rkey = wc->invalidated_rkey;
   r.rdma_with_imm = wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM;
   return r;
 }
@@ -319,6 +330,8 @@ void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, bool may_dispa
     flush_waiting(rq_);
   }
   if (status && !n->first_error) n->first_error = status;
+  // A peer's send-with-invalidate killed one of our windows' keys: record it before any handler runs.
+  if (n->is_recv && !status && received_invalidation(wc)) note_remote_invalidation(qp_->context, wc.invalidated_rkey);
   pump(q);
   if (--n->pending > 0) return;  // more of the chain to come
   error_code ec = n->first_error;

@@ -7,5 +7,7 @@
 #include <coverbs/device.hpp>
 #include <coverbs/error.hpp>
 #include <coverbs/memory_region.hpp>
+#include <coverbs/memory_window.hpp>
 #include <coverbs/protection_domain.hpp>
 #include <coverbs/queue_pair.hpp>
+#include <coverbs/window_pool.hpp>

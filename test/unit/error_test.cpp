@@ -32,7 +32,8 @@ TEST_CASE("library conditions compare as errc and explain themselves", "[error]"
   CHECK(ec.category() == coverbs::coverbs_category());
   CHECK(ec.message().find("tools/rxe-vm") != std::string::npos);
   CHECK(ec.message().find("no RDMA support") != std::string::npos);
-  CHECK(error_code(errc::access_exceeds_region).message().find("C10-74") != std::string::npos);
+  CHECK(error_code(errc::window_needs_local_write).message().find("C10-74") != std::string::npos);
+  CHECK(error_code(errc::region_lacks_mw_bind).message().find("C10-73") != std::string::npos);
   CHECK(error_code(errc::range_outside_region) != errc::access_exceeds_region);
 }
 
