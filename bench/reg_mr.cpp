@@ -7,6 +7,8 @@
 // (default 20) and reports the median and p99 of registration and deregistration in microseconds.
 #include <coverbs/coverbs.hpp>
 
+#include "cli.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,23 +20,6 @@
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-
-std::size_t parse_size(const std::string& s) {
-  char* end = nullptr;
-  const unsigned long long n = std::strtoull(s.c_str(), &end, 10);
-  std::size_t mul = 1;
-  if (*end == 'K' || *end == 'k')
-    mul = 1u << 10, ++end;
-  else if (*end == 'M' || *end == 'm')
-    mul = 1u << 20, ++end;
-  else if (*end == 'G' || *end == 'g')
-    mul = 1u << 30, ++end;
-  if (end == s.c_str() || *end != '\0' || n == 0) {
-    std::fprintf(stderr, "bench_reg_mr: bad size '%s' (use e.g. 4K, 1M, 512M)\n", s.c_str());
-    std::exit(2);
-  }
-  return n * mul;
-}
 
 struct stats {
   double median = 0, p99 = 0;
@@ -52,32 +37,30 @@ double us_since(clock_type::time_point t) {
   return std::chrono::duration<double, std::micro>(clock_type::now() - t).count();
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char** argv) {
+  constexpr const char* usage = "[--device NAME] [--sizes 4K,1M,...] [--iters N] [--json]";
   std::string name;
-  std::vector<std::size_t> sizes;
+  std::vector<std::uint64_t> sizes;
   int iters = 20;
   bool json = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--device" && i + 1 < argc)
+    const bool has_value = i + 1 < argc;
+    if (a == "--help" || a == "-h") {
+      std::printf("usage: bench_reg_mr %s\n", usage);
+      return 0;
+    } else if (a == "--device" && has_value)
       name = argv[++i];
-    else if (a == "--iters" && i + 1 < argc)
-      iters = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--iters" && has_value)
+      iters = static_cast<int>(bench::parse_count("bench_reg_mr", usage, a, argv[++i], 1, 1'000'000));
     else if (a == "--json")
       json = true;
-    else if (a == "--sizes" && i + 1 < argc) {
-      std::string list = argv[++i];
-      for (std::size_t p = 0; p <= list.size();) {
-        const std::size_t q = std::min(list.find(',', p), list.size());
-        sizes.push_back(parse_size(list.substr(p, q - p)));
-        p = q + 1;
-      }
-    } else {
-      std::fprintf(stderr, "usage: bench_reg_mr [--device NAME] [--sizes 4K,1M,...] [--iters N] [--json]\n");
-      return 2;
-    }
+    else if (a == "--sizes" && has_value)
+      sizes = bench::parse_sizes("bench_reg_mr", usage, a, argv[++i], 1, 64ull << 30);
+    else
+      bench::usage_error("bench_reg_mr", "unknown or incomplete argument '" + a + "'", usage);
   }
   if (sizes.empty()) sizes = {4u << 10, 64u << 10, 1u << 20, 16u << 20, 64u << 20};
 
@@ -91,8 +74,8 @@ int main(int argc, char** argv) {
       std::printf("%12s %14s %14s %14s %14s %14s\n", "bytes", "reg_p50_us", "reg_p99_us", "dereg_p50_us",
                   "raw_reg_p50_us", "raw_dereg_p50");
     bool first = true;
-    for (std::size_t size : sizes) {
-      std::vector<std::byte> buffer(size, std::byte{1}); // touched, so registration measures pinning only
+    for (const std::uint64_t size : sizes) {
+      std::vector<std::byte> buffer(size, std::byte{1});  // touched, so registration measures pinning only
       std::vector<double> reg, dereg, raw_reg, raw_dereg;
       for (int i = 0; i < iters; ++i) {
         auto t = clock_type::now();
@@ -121,7 +104,10 @@ int main(int argc, char** argv) {
       first = false;
     }
     if (json) std::printf("\n]}\n");
-  } catch (const coverbs::system_error& e) {
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "bench_reg_mr: not enough memory for the buffer (try smaller --sizes)\n");
+    return 1;
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_reg_mr: %s\n", e.what());
     return 1;
   }

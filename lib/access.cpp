@@ -34,4 +34,4 @@ std::string to_string(access a) {
   return s.empty() ? "none" : s;
 }
 
-} // namespace coverbs
+}  // namespace coverbs

@@ -2,6 +2,8 @@
 #include <coverbs/memory_region.hpp>
 #include <coverbs/protection_domain.hpp>
 
+#include "device_internal.hpp"
+
 #include <arpa/inet.h>
 #include <sys/stat.h>
 
@@ -28,9 +30,8 @@ device_list get_device_list(int& count, error_code& ec, std::string& why) noexce
     const error_code cause = verbs_null_result(nullptr);
     struct stat st {};
     why = ::stat("/sys/class/infiniband_verbs", &st) != 0
-              ? "ibv_get_device_list: this kernel has no RDMA support (no /sys/class/infiniband_verbs; " +
-                    cause.message() + ")"
-              : "ibv_get_device_list: " + cause.message();
+              ? "ibv_get_device_list failed (" + cause.message() + "; /sys/class/infiniband_verbs is missing)"
+              : "ibv_get_device_list failed (" + cause.message() + ")";
     ec = make_error_code(errc::no_device);
     return list;
   }
@@ -44,7 +45,7 @@ device_list get_device_list(int& count, error_code& ec, std::string& why) noexce
   return list;
 }
 
-} // namespace
+}  // namespace
 
 std::vector<device_info> list_devices(error_code& ec) noexcept {
   std::vector<device_info> out;
@@ -149,11 +150,11 @@ bool probe_rereg(device& dev) {
   const int rc = ibv_rereg_mr(mr.native_handle(), IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
                               to_verbs(access::local_write | access::remote_read));
   const error_code rr = verbs_rereg_result(rc, still_valid);
-  if (!still_valid) mr.release(); // the verb already destroyed it
+  if (!still_valid) mr.release();  // the verb already destroyed it
   return !rr;
 }
 
-} // namespace
+}  // namespace
 
 const device_caps& device::caps() const {
   if (caps_) return *caps_;
@@ -199,14 +200,15 @@ void check_port(const device& dev, std::uint8_t port) {
     throw system_error(make_error_code(errc::invalid_port), dev.name() + " port " + std::to_string(port) + " (it has " +
                                                                 std::to_string(dev.caps().phys_port_cnt) + ")");
 }
-} // namespace
+}  // namespace
 
-port_attributes device::query_port(std::uint8_t port) const {
-  require_open(context_, "ibv_query_port");
-  check_port(*this, port);
+namespace detail {
+
+port_attributes query_port(ibv_context* context, std::uint8_t port) {
   ibv_port_attr a{};
-  throw_on_error(verbs_status_result(ibv_query_port(context_, port, &a)),
-                 "ibv_query_port(" + name() + ", " + std::to_string(port) + ")");
+  throw_on_error(verbs_status_result(ibv_query_port(context, port, &a)),
+                 "ibv_query_port(" + std::string(ibv_get_device_name(context->device)) + ", " + std::to_string(port) +
+                     ")");
   port_attributes p;
   p.port = port;
   p.state = a.state;
@@ -218,12 +220,16 @@ port_attributes device::query_port(std::uint8_t port) const {
   return p;
 }
 
-std::vector<gid_entry> device::query_gids(std::uint8_t port) const {
-  const port_attributes p = query_port(port);
-  const std::size_t max_entries = static_cast<std::size_t>(p.gid_table_len) * caps().phys_port_cnt;
+std::vector<gid_entry> query_gids(ibv_context* context, std::uint8_t port) {
+  ibv_device_attr attr{};
+  throw_on_error(verbs_status_result(ibv_query_device(context, &attr)), "ibv_query_device");
+  const port_attributes p = query_port(context, port);
+  const std::size_t max_entries = static_cast<std::size_t>(p.gid_table_len) * attr.phys_port_cnt;
   std::vector<ibv_gid_entry> raw(std::max<std::size_t>(max_entries, 1));
-  const ssize_t n = ibv_query_gid_table(context_, raw.data(), raw.size(), 0);
-  if (n < 0) throw system_error(verbs_status_result(n), "ibv_query_gid_table(" + name() + ")");
+  const ssize_t n = ibv_query_gid_table(context, raw.data(), raw.size(), 0);
+  if (n < 0)
+    throw system_error(verbs_status_result(n),
+                       "ibv_query_gid_table(" + std::string(ibv_get_device_name(context->device)) + ")");
   std::vector<gid_entry> out;
   for (ssize_t i = 0; i < n; ++i) {
     const ibv_gid_entry& e = raw[static_cast<std::size_t>(i)];
@@ -243,16 +249,38 @@ std::vector<gid_entry> device::query_gids(std::uint8_t port) const {
   return out;
 }
 
-gid_entry device::default_gid(std::uint8_t port) const {
-  const std::vector<gid_entry> gids = query_gids(port);
-  if (gids.empty()) throw system_error(make_error_code(errc::no_usable_gid), name() + " port " + std::to_string(port));
+gid_entry default_gid(ibv_context* context, std::uint8_t port) {
+  const std::vector<gid_entry> gids = query_gids(context, port);
+  if (gids.empty())
+    throw system_error(make_error_code(errc::no_usable_gid),
+                       std::string(ibv_get_device_name(context->device)) + " port " + std::to_string(port));
   auto pick = [&](auto pred) { return std::find_if(gids.begin(), gids.end(), pred); };
-  if (query_port(port).is_ethernet()) {
+  if (query_port(context, port).is_ethernet()) {
     auto it = pick([](const gid_entry& g) { return g.type == gid_type::roce_v2 && g.value.is_ipv4_mapped(); });
     if (it == gids.end()) it = pick([](const gid_entry& g) { return g.type == gid_type::roce_v2; });
     if (it != gids.end()) return *it;
   }
   return gids.front();
+}
+
+}  // namespace detail
+
+port_attributes device::query_port(std::uint8_t port) const {
+  require_open(context_, "ibv_query_port");
+  check_port(*this, port);
+  return detail::query_port(context_, port);
+}
+
+std::vector<gid_entry> device::query_gids(std::uint8_t port) const {
+  require_open(context_, "ibv_query_gid_table");
+  check_port(*this, port);
+  return detail::query_gids(context_, port);
+}
+
+gid_entry device::default_gid(std::uint8_t port) const {
+  require_open(context_, "default_gid");
+  check_port(*this, port);
+  return detail::default_gid(context_, port);
 }
 
 std::string gid::to_string() const {
@@ -305,4 +333,4 @@ const char* to_string(gid_type t) noexcept {
   return "ib";
 }
 
-} // namespace coverbs
+}  // namespace coverbs

@@ -108,9 +108,45 @@ std::string coverbs_category_impl::message(int ev) const {
     return "the device does not support this memory-window type (device_caps::mw_type1 / mw_type2a / mw_type2b)";
   case errc::range_outside_region: return "the range lies outside the memory region (IBA C10-75)";
   case errc::access_exceeds_region:
-    return "the requested rights exceed the memory region's: a window's rights are the intersection of its own "
-           "and its region's, and a remote write or atomic window needs a region with local_write (IBA C10-74)";
+    return "the requested rights exceed the memory region's: a window's effective rights are the intersection "
+           "of its own and its region's, so coverbs refuses a window right the region does not grant";
   case errc::unspecified_verbs_failure: return "a verb failed without reporting a reason (errno was 0)";
+  case errc::cq_overcommitted:
+    return "the completion queue is too small for another queue pair: its depth must cover the max_send_wr + "
+           "max_recv_wr of every queue pair using it (raise completion_queue_options::depth)";
+  case errc::remote_range_too_small:
+    return "the remote key covers fewer bytes than the operation moves (check remote_key::length, or slice the "
+           "local buffer)";
+  case errc::misaligned_atomic: return "atomic operations need an 8-byte aligned remote address (IBA o9-21)";
+  case errc::buffer_too_small:
+    return "the local buffer is too small for the operation (atomics need 8 bytes for the old value)";
+  case errc::atomics_unsupported: return "the device does not support atomic operations (device_caps::atomics)";
+  case errc::message_too_long: return "the message is longer than one work request can carry (2^31 bytes)";
+  case errc::region_lacks_mw_bind:
+    return "the memory region was registered without mw_bind, so no window can be bound to it (IBA C10-73)";
+  case errc::window_needs_local_write:
+    return "a remote_write or remote_atomic window needs a region registered with local_write (IBA C10-74)";
+  case errc::zero_length_window:
+    return "a window cannot be bound to zero bytes (type 2: IBA o10-37.2.40); to revoke a key, invalidate it";
+  case errc::pd_mismatch:
+    return "the memory window, the queue pair and the memory region must belong to one protection domain "
+           "(IBA C10-72)";
+  case errc::window_still_bound:
+    return "the type-2 window is still bound (IBA o10-37.2.30): invalidate it first, or use rebind_mw, which "
+           "posts invalidate + bind as one chain";
+  case errc::window_busy: return "a bind or invalidation of this window is still in flight";
+  case errc::window_access_invalid:
+    return "a window grants only remote_read, remote_write and remote_atomic (zero_based and local rights are "
+           "not window rights)";
+  case errc::rkey_not_a_window:
+    return "the rkey is not the current key of a memory window bound through coverbs (invalidate the window "
+           "object, or the key was already revoked)";
+  case errc::region_has_bound_windows:
+    return "the memory region still has memory windows bound to it (IBA 10.6.7.2.6): invalidate them before "
+           "deregistering";
+  case errc::window_pool_exhausted:
+    return "the window pool has no free window and may not allocate more (raise window_pool_options::max_windows)";
+  case errc::lease_expired: return "the window lease reached its time-to-live; its key has been invalidated";
   case errc::memlock_exhausted:
     return "cannot pin the memory (ibv_reg_mr: ENOMEM after retries): the locked-memory limit RLIMIT_MEMLOCK is " +
            memlock_limit_string() +
@@ -137,7 +173,7 @@ std::string coverbs_category_impl::message(int ev) const {
   return "unknown coverbs error " + std::to_string(ev);
 }
 
-} // namespace
+}  // namespace
 
 const boost::system::error_category& wc_category() noexcept {
   static const wc_category_impl category;
@@ -153,7 +189,7 @@ namespace {
 error_code from_errno(int err) noexcept {
   return err == 0 ? make_error_code(errc::unspecified_verbs_failure) : errno_code(err);
 }
-} // namespace
+}  // namespace
 
 error_code verbs_null_result(const void* result) noexcept {
   return result != nullptr ? error_code{} : from_errno(errno);
@@ -173,4 +209,4 @@ error_code verbs_rereg_result(int rc, bool& region_still_valid) noexcept {
   return from_errno(err != 0 ? err : (rc == IBV_REREG_MR_ERR_INPUT ? EINVAL : 0));
 }
 
-} // namespace coverbs
+}  // namespace coverbs

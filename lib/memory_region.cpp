@@ -1,6 +1,8 @@
 #include <coverbs/memory_region.hpp>
 #include <coverbs/protection_domain.hpp>
 
+#include "window_internal.hpp"
+
 #include <cerrno>
 #include <cstdio>
 #include <string>
@@ -30,7 +32,7 @@ std::string hint(const error_code& ec, std::span<std::byte> buffer, access right
   return {};
 }
 
-} // namespace
+}  // namespace
 
 memory_region::memory_region(protection_domain& pd, std::span<std::byte> buffer, access rights,
                              error_code& ec) noexcept {
@@ -82,8 +84,15 @@ bool memory_region::contains(const void* p, std::size_t n) const noexcept {
 void memory_region::deregister(error_code& ec) noexcept {
   ec = {};
   if (!mr_) return;
+  // Providers differ (rxe answers EINVAL, others EBUSY, some let it happen): refuse clearly ourselves.
+  if (detail::windows_bound_to(mr_) > 0) {
+    ec = errc::region_has_bound_windows;
+    return;
+  }
+  const ibv_mr* mr = mr_;
   ec = verbs_status_result(ibv_dereg_mr(mr_));
   if (!ec) {
+    detail::forget_region(mr);
     mr_ = nullptr;
     rights_ = access::none;
   }
@@ -100,4 +109,4 @@ ibv_mr* memory_region::release() noexcept {
   return std::exchange(mr_, nullptr);
 }
 
-} // namespace coverbs
+}  // namespace coverbs

@@ -55,4 +55,4 @@ void protection_domain::close() {
   throw_on_error(ec, "ibv_dealloc_pd");
 }
 
-} // namespace coverbs
+}  // namespace coverbs

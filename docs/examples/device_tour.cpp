@@ -3,9 +3,10 @@
 //   device_tour [--device NAME] [--size BYTES]
 //
 // Run it where verbs work: on a host with an RDMA device, or in the Soft-RoCE guest:
-//   tools/rxe-vm -- build/docs/examples/device_tour
+//   tools/rxe-vm -- build/docs/device_tour
 #include <coverbs/coverbs.hpp>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,9 +16,11 @@
 
 namespace {
 
-int usage(const char* prog) {
-  std::fprintf(stderr, "usage: %s [--device NAME] [--size BYTES]\n", prog);
-  return 2;
+int usage(const char* prog, const char* why = nullptr) {
+  if (why) std::fprintf(stderr, "%s: %s\n", prog, why);
+  std::fprintf(why ? stderr : stdout,
+               "usage: %s [--device NAME] [--size BYTES]   (BYTES: 1 .. 16 GiB, default 64 MiB)\n", prog);
+  return why ? 2 : 0;
 }
 
 void print_caps(const coverbs::device& dev) {
@@ -43,20 +46,26 @@ void print_caps(const coverbs::device& dev) {
   }
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char** argv) {
   std::string name;
   std::size_t size = 64u << 20;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--device") && i + 1 < argc)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) return usage(argv[0]);
+    if (!std::strcmp(argv[i], "--device") && i + 1 < argc) {
       name = argv[++i];
-    else if (!std::strcmp(argv[i], "--size") && i + 1 < argc) {
+    } else if (!std::strcmp(argv[i], "--size") && i + 1 < argc) {
+      const char* text = argv[++i];
       char* end = nullptr;
-      size = std::strtoull(argv[++i], &end, 0);
-      if (!end || *end || size == 0) return usage(argv[0]);
-    } else
-      return usage(argv[0]);
+      errno = 0;
+      const unsigned long long n = std::strtoull(text, &end, 10);
+      if (*text < '0' || *text > '9' || errno || *end || n == 0 || n > (16ull << 30))
+        return usage(argv[0], "--size takes a number of bytes from 1 to 17179869184");
+      size = n;
+    } else {
+      return usage(argv[0], "unknown or incomplete argument");
+    }
   }
   try {
     coverbs::device dev = coverbs::device::open(name);
@@ -82,7 +91,10 @@ int main(int argc, char** argv) {
     std::printf("remote_write without local_write: %s (%s), as expected\n", ec ? "refused" : "ACCEPTED",
                 ec.message().c_str());
     return ec == boost::system::errc::invalid_argument ? 0 : 1;
-  } catch (const coverbs::system_error& e) {
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "device_tour: not enough memory for %zu bytes (use a smaller --size)\n", size);
+    return 1;
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "device_tour: %s\n", e.what());
     return 1;
   }

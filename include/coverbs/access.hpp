@@ -52,4 +52,4 @@ constexpr access from_verbs(unsigned flags) noexcept { return static_cast<access
 /// "local_write|remote_read", "none" for no rights; unknown bits as hex.
 std::string to_string(access a);
 
-} // namespace coverbs
+}  // namespace coverbs

@@ -68,4 +68,4 @@ inline remote_key remote_key_of(const memory_region& mr) noexcept {
   return {reinterpret_cast<std::uint64_t>(mr.data()), mr.size(), mr.rkey()};
 }
 
-} // namespace coverbs
+}  // namespace coverbs

@@ -4,9 +4,13 @@
 #include <coverbs/access.hpp>
 #include <coverbs/buffer.hpp>
 #include <coverbs/buffer_pool.hpp>
+#include <coverbs/completion_queue.hpp>
 #include <coverbs/device.hpp>
 #include <coverbs/error.hpp>
 #include <coverbs/memory_region.hpp>
+#include <coverbs/memory_window.hpp>
 #include <coverbs/protection_domain.hpp>
+#include <coverbs/queue_pair.hpp>
 #include <coverbs/registration_cache.hpp>
 #include <coverbs/registration_service.hpp>
+#include <coverbs/window_pool.hpp>

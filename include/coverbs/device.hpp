@@ -22,8 +22,8 @@ namespace coverbs {
 
 /// One entry of the device list (ibv_get_device_list(3)).
 struct device_info {
-  std::string name;       ///< kernel name, e.g. "rxe0", "mlx5_0"
-  std::uint64_t guid = 0; ///< node GUID, host byte order
+  std::string name;        ///< kernel name, e.g. "rxe0", "mlx5_0"
+  std::uint64_t guid = 0;  ///< node GUID, host byte order
   ibv_node_type node_type = IBV_NODE_UNKNOWN;
   ibv_transport_type transport = IBV_TRANSPORT_UNKNOWN;
 };
@@ -42,20 +42,20 @@ struct device_caps {
   std::string fw_ver;
   std::uint32_t vendor_id = 0, vendor_part_id = 0, hw_ver = 0;
   std::uint8_t phys_port_cnt = 0;
-  std::uint64_t max_mr_size = 0;   ///< bytes
-  std::uint64_t page_size_cap = 0; ///< bitmask of supported page sizes
+  std::uint64_t max_mr_size = 0;    ///< bytes
+  std::uint64_t page_size_cap = 0;  ///< bitmask of supported page sizes
   std::uint32_t max_qp = 0, max_qp_wr = 0, max_sge = 0, max_cq = 0, max_cqe = 0;
   std::uint32_t max_mr = 0, max_pd = 0, max_mw = 0;
   std::uint32_t max_qp_rd_atom = 0, max_qp_init_rd_atom = 0;
-  bool mw_type1 = false;  ///< IBV_DEVICE_MEM_WINDOW: type-1 windows (ibv_bind_mw)
-  bool mw_type2a = false; ///< IBV_DEVICE_MEM_WINDOW_TYPE_2A: type-2 windows bound to a QP number
-  bool mw_type2b = false; ///< IBV_DEVICE_MEM_WINDOW_TYPE_2B: type-2 windows bound to a QP number and PD
+  bool mw_type1 = false;   ///< IBV_DEVICE_MEM_WINDOW: type-1 windows (ibv_bind_mw)
+  bool mw_type2a = false;  ///< IBV_DEVICE_MEM_WINDOW_TYPE_2A: type-2 windows bound to a QP number
+  bool mw_type2b = false;  ///< IBV_DEVICE_MEM_WINDOW_TYPE_2B: type-2 windows bound to a QP number and PD
   atomic_support atomics = atomic_support::none;
-  bool odp = false; ///< on-demand paging (IBV_ODP_SUPPORT)
+  bool odp = false;  ///< on-demand paging (IBV_ODP_SUPPORT)
   /// Whether ibv_rereg_mr(3) works: probed by re-registering a 4 KiB region, since providers answer
   /// EOPNOTSUPP at run time (rxe does) rather than advertise it.
   bool rereg_mr = false;
-  std::uint64_t raw_cap_flags = 0; ///< ibv_device_attr::device_cap_flags as reported
+  std::uint64_t raw_cap_flags = 0;  ///< ibv_device_attr::device_cap_flags as reported
 
   /// Type-2 windows of either flavour.
   bool mw_type2() const noexcept { return mw_type2a || mw_type2b; }
@@ -95,7 +95,7 @@ struct gid_entry {
   std::uint32_t index = 0;
   std::uint8_t port = 0;
   gid_type type = gid_type::ib;
-  std::uint32_t netdev_ifindex = 0; ///< the Ethernet device of a RoCE GID, 0 for IB
+  std::uint32_t netdev_ifindex = 0;  ///< the Ethernet device of a RoCE GID, 0 for IB
 };
 
 /// An open device (`ibv_open_device` / `ibv_close_device`). Move-only.
@@ -161,4 +161,4 @@ const char* to_string(atomic_support a) noexcept;
 /// "ib", "roce_v1", "roce_v2".
 const char* to_string(gid_type t) noexcept;
 
-} // namespace coverbs
+}  // namespace coverbs

@@ -75,10 +75,45 @@ enum class errc : int {
   /// A range lies (partly) outside the memory region it refers to (IBA C10-75 for windows).
   range_outside_region,
   /// Rights were asked for that the memory region does not grant (a window's rights are the
-  /// intersection of its own and its region's).
+  /// intersection of its own and its region's, so coverbs refuses rights the region cannot give).
   access_exceeds_region,
   /// A verb failed without saying why (it returned failure and left errno at 0).
   unspecified_verbs_failure,
+  /// A completion queue cannot hold the completions of another queue pair's queues.
+  cq_overcommitted,
+  /// A one-sided operation needs more bytes than the remote key covers.
+  remote_range_too_small,
+  /// An atomic operation's remote address is not 8-byte aligned (IBA o9-21).
+  misaligned_atomic,
+  /// A local buffer is smaller than the operation needs (atomics: 8 bytes).
+  buffer_too_small,
+  /// The device has no atomic operations (device_caps::atomics == none).
+  atomics_unsupported,
+  /// A message is longer than a work request can carry (2^31 bytes).
+  message_too_long,
+  /// A window bind names a region registered without mw_bind (IBA C10-73).
+  region_lacks_mw_bind,
+  /// A remote-write or remote-atomic window over a region without local_write (IBA C10-74).
+  window_needs_local_write,
+  /// A bind of zero bytes: type-2 windows cannot be bound to nothing (IBA o10-37.2.40); coverbs refuses it
+  /// for type 1 too (to revoke a type-1 window's key, invalidate it).
+  zero_length_window,
+  /// The window, the queue pair and the region are not all in one protection domain (IBA C10-72).
+  pd_mismatch,
+  /// A plain bind of a type-2 window that is still bound (IBA o10-37.2.30): invalidate it first, or rebind.
+  window_still_bound,
+  /// Another bind or invalidation of this window has not completed yet.
+  window_busy,
+  /// A window's rights may only be remote_read, remote_write and remote_atomic.
+  window_access_invalid,
+  /// An rkey that is not the current key of any window coverbs knows.
+  rkey_not_a_window,
+  /// A region cannot be deregistered while memory windows are bound to it (IBA 10.6.7.2.6).
+  region_has_bound_windows,
+  /// A window pool has handed out as many windows as its bound allows.
+  window_pool_exhausted,
+  /// A window lease reached its time-to-live; its key has been invalidated.
+  lease_expired,
 
   // --- registration (registration_service.hpp); each compares equal to the errno it refines ---
   /// ibv_reg_mr answered ENOMEM after every retry. The message prints RLIMIT_MEMLOCK (read when the
@@ -144,7 +179,7 @@ inline void throw_on_error(const error_code& ec, const std::string& what) {
   if (ec) throw system_error(ec, what);
 }
 
-} // namespace coverbs
+}  // namespace coverbs
 
 template <>
 struct boost::system::is_error_code_enum<coverbs::wc_errc> : std::true_type {};

@@ -61,8 +61,10 @@ public:
   /// True when [`p`, `p + n`) lies inside the region.
   bool contains(const void* p, std::size_t n) const noexcept;
 
-  /// Deregisters now. @throws system_error with the errno of ibv_dereg_mr(3) (EBUSY: windows are
-  /// still bound to it); the region then stays registered.
+  /// Deregisters now. @throws system_error `errc::region_has_bound_windows` (memory windows bound through
+  /// coverbs are still bound to it; checked before asking the device), or the errno of ibv_dereg_mr(3)
+  /// (EINVAL on rxe, EBUSY elsewhere, for windows bound behind coverbs' back); the region then stays
+  /// registered.
   void deregister();
   /// As above, reporting through `ec`.
   void deregister(error_code& ec) noexcept;
@@ -76,4 +78,4 @@ private:
   access rights_ = access::none;
 };
 
-} // namespace coverbs
+}  // namespace coverbs

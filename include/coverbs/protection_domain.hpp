@@ -51,4 +51,4 @@ private:
   ibv_pd* pd_ = nullptr;
 };
 
-} // namespace coverbs
+}  // namespace coverbs

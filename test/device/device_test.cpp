@@ -8,11 +8,12 @@
 
 namespace {
 bool is_rxe(const coverbs::device& d) { return d.name().rfind("rxe", 0) == 0; }
-} // namespace
+}  // namespace
 
 TEST_CASE("the device list names at least one device", "[device]") {
   const auto devices = coverbs::list_devices();
   REQUIRE_FALSE(devices.empty());
+  WARN("device tests run on " << devices.front().name);  // in the log, as evidence of where they ran
   for (const auto& d : devices) {
     INFO(d.name);
     CHECK_FALSE(d.name.empty());
@@ -47,7 +48,7 @@ TEST_CASE("capabilities report memory-window types, limits and the rereg probe",
   CHECK(c.max_mr > 0);
   CHECK(c.max_qp_wr > 0);
   CHECK(c.max_mr_size > 0);
-  CHECK(&dev.caps() == &c); // cached
+  CHECK(&dev.caps() == &c);  // cached
   if (is_rxe(dev)) {
     // Measured on rxe (kernel 6.1): MW type 1 and 2B, not 2A; max_mw = max_mr; no ODP; rereg refused.
     CHECK(c.mw_type1);
@@ -94,7 +95,7 @@ TEST_CASE("the default GID on RoCE is the RoCE v2 IPv4-mapped one", "[device]") 
     CHECK(def.value.is_ipv4_mapped());
   }
   if (is_rxe(dev) && def.value.to_string() == "::ffff:10.77.0.1") {
-    CHECK(def.index == 1); // the guest's documented layout: index 0 link-local, 1 the RoCE v2 IPv4 GID
+    CHECK(def.index == 1);  // the guest's documented layout: index 0 link-local, 1 the RoCE v2 IPv4 GID
   }
 }
 
@@ -108,5 +109,5 @@ TEST_CASE("a protection domain allocates, moves and closes", "[device][pd]") {
   CHECK(moved);
   moved.close();
   CHECK_FALSE(moved);
-  CHECK_NOTHROW(moved.close()); // idempotent
+  CHECK_NOTHROW(moved.close());  // idempotent
 }

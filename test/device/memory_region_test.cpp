@@ -16,7 +16,7 @@ struct fixture {
   coverbs::device dev = coverbs::device::open();
   coverbs::protection_domain pd{dev};
 };
-} // namespace
+}  // namespace
 
 TEST_CASE_METHOD(fixture, "register and deregister a buffer", "[mr]") {
   std::vector<std::byte> buf(1 << 20);
@@ -34,7 +34,7 @@ TEST_CASE_METHOD(fixture, "register and deregister a buffer", "[mr]") {
   CHECK_FALSE(mr.contains(buf.data() - 1, 1));
   mr.deregister();
   CHECK_FALSE(mr);
-  CHECK_NOTHROW(mr.deregister()); // idempotent
+  CHECK_NOTHROW(mr.deregister());  // idempotent
 }
 
 TEST_CASE_METHOD(fixture, "remote_write without local_write fails with EINVAL and says why", "[mr]") {
@@ -79,7 +79,7 @@ TEST_CASE_METHOD(fixture, "a region moves and deregisters once, on destruction",
   CHECK(b.lkey() == lkey);
   {
     coverbs::memory_region c(pd, buf, cv::access::local_write);
-    b = std::move(c); // deregisters b's old region
+    b = std::move(c);  // deregisters b's old region
   }
   CHECK(b);
   CHECK(b.lkey() != lkey);

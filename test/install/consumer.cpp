@@ -16,7 +16,7 @@ int main() {
   }
   std::printf("consumer: %zu device(s)%s\n", devices.size(), ec ? " (no_device, as expected without RDMA)" : "");
 
-  boost::asio::io_context io; // the Asio flags from coverbs.pc select the same backend as the library
+  boost::asio::io_context io;  // the Asio flags from coverbs.pc select the same backend as the library
   boost::asio::steady_timer timer(io, std::chrono::milliseconds(1));
   bool fired = false;
   timer.async_wait([&](coverbs::error_code e) { fired = !e; });

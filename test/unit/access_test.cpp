@@ -2,7 +2,7 @@
 
 #include <catch2/catch.hpp>
 
-namespace cv = coverbs; // spelled cv::access: a global `using coverbs::access` clashes with POSIX access(2)
+namespace cv = coverbs;  // spelled cv::access: a global `using coverbs::access` clashes with POSIX access(2)
 
 TEST_CASE("access values equal the verbs flags", "[access]") {
   STATIC_REQUIRE(coverbs::to_verbs(cv::access::local_write) == IBV_ACCESS_LOCAL_WRITE);

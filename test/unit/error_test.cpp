@@ -32,7 +32,8 @@ TEST_CASE("library conditions compare as errc and explain themselves", "[error]"
   CHECK(ec.category() == coverbs::coverbs_category());
   CHECK(ec.message().find("tools/rxe-vm") != std::string::npos);
   CHECK(ec.message().find("no RDMA support") != std::string::npos);
-  CHECK(error_code(errc::access_exceeds_region).message().find("C10-74") != std::string::npos);
+  CHECK(error_code(errc::window_needs_local_write).message().find("C10-74") != std::string::npos);
+  CHECK(error_code(errc::region_lacks_mw_bind).message().find("C10-73") != std::string::npos);
   CHECK(error_code(errc::range_outside_region) != errc::access_exceeds_region);
 }
 
@@ -78,7 +79,7 @@ TEST_CASE("ibv_rereg_mr results say whether the old region survived", "[error]")
 }
 
 TEST_CASE("errors travel as Asio's error_code and throw as system_error with context", "[error]") {
-  const boost::system::error_code asio_ec = wc_errc::retry_exc_err; // the type Asio handlers receive
+  const boost::system::error_code asio_ec = wc_errc::retry_exc_err;  // the type Asio handlers receive
   CHECK(asio_ec == wc_errc::retry_exc_err);
   CHECK(asio_ec != boost::asio::error::operation_aborted);
   CHECK_NOTHROW(coverbs::throw_on_error({}, "nothing"));

@@ -26,3 +26,10 @@ guest_ready() {
 host_has_rdma() {
   compgen -G '/sys/class/infiniband/*' >/dev/null 2>&1
 }
+
+# The guest sees the project at the same path; a path with blanks cannot be passed to it.
+require_guest_paths() {
+  host_has_rdma && return 0
+  [[ $COVERBS_ROOT$COVERBS_CACHE != *[[:space:]]* ]] ||
+    die "the project ($COVERBS_ROOT) or cache ($COVERBS_CACHE) path has blanks, which cannot cross into the Soft-RoCE guest; move the project or set COVERBS_CACHE"
+}

@@ -1,0 +1,68 @@
+#pragma once
+// Argument parsing shared by the bench binaries: numbers and sizes are checked, never clamped, and a bad
+// one ends the program with a usage message (exit status 2).
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace bench {
+
+[[noreturn]] inline void usage_error(const char* prog, const std::string& why, const char* usage) {
+  std::fprintf(stderr, "%s: %s\nusage: %s %s\n", prog, why.c_str(), prog, usage);
+  std::exit(2);
+}
+
+/// A whole number in [min, max], decimal; "flag takes ..." on anything else.
+inline long long parse_count(const char* prog, const char* usage, const std::string& flag, const std::string& text,
+                             long long min, long long max) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || errno || *end || v < min || v > max)
+    usage_error(prog,
+                flag + " takes a whole number from " + std::to_string(min) + " to " + std::to_string(max) + " (got '" +
+                    text + "')",
+                usage);
+  return v;
+}
+
+/// A size in bytes with an optional K, M or G suffix (powers of 1024), in [min, max].
+inline std::uint64_t parse_size(const char* prog, const char* usage, const std::string& flag, const std::string& text,
+                                std::uint64_t min, std::uint64_t max) {
+  auto bad = [&] {
+    usage_error(prog,
+                flag + " takes a size like 64, 4K, 1M or 512M from " + std::to_string(min) + " to " +
+                    std::to_string(max) + " bytes (got '" + text + "')",
+                usage);
+  };
+  if (text.empty() || text[0] < '0' || text[0] > '9') bad();
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(text.c_str(), &end, 10);
+  std::uint64_t mul = 1;
+  if (*end == 'K' || *end == 'k')
+    mul = 1ull << 10, ++end;
+  else if (*end == 'M' || *end == 'm')
+    mul = 1ull << 20, ++end;
+  else if (*end == 'G' || *end == 'g')
+    mul = 1ull << 30, ++end;
+  if (errno || *end || n > max / mul || n * mul < min || n * mul > max) bad();
+  return n * mul;
+}
+
+/// A comma-separated list of sizes.
+inline std::vector<std::uint64_t> parse_sizes(const char* prog, const char* usage, const std::string& flag,
+                                              const std::string& list, std::uint64_t min, std::uint64_t max) {
+  std::vector<std::uint64_t> out;
+  for (std::size_t p = 0; p <= list.size();) {
+    const std::size_t q = std::min(list.find(',', p), list.size());
+    out.push_back(parse_size(prog, usage, flag, list.substr(p, q - p), min, max));
+    p = q + 1;
+  }
+  return out;
+}
+
+}  // namespace bench

@@ -1,0 +1,395 @@
+// bench_datapath: latency and bandwidth of RDMA write, read and send through coverbs, measured the way
+// perftest measures them, so the figures sit side by side with ib_write_lat, ib_read_lat, ib_send_lat
+// and ib_write_bw in the same run.
+//
+//   bench_datapath --test write_lat|read_lat|send_lat|write_bw|read_bw|send_bw
+//                  [--size BYTES] [--iters N] [--tx-depth N] [--mode spin|events|adaptive]
+//                  [--device NAME] [--json]
+//
+// Two threads, each with its own io_context, completion queue and RC queue pair, connected to each other
+// on one device (like perftest's server and client processes):
+//   write_lat  ping-pong of RDMA writes; each side spins on the last byte of its buffer, then writes back.
+//              Reports half the round trip (perftest's t_typical is the median of the same).
+//   read_lat   the client reads `size` bytes repeatedly; reports the full read time.
+//   send_lat   ping-pong of sends into pre-posted receives; half the round trip.
+//   *_bw       the client keeps `tx-depth` operations in flight; reports bytes/s and message rate.
+// --mode: spin (busy-polling CQ, like perftest's default), events (sleep on the completion channel, like
+// perftest -e), adaptive (spin 50 us, then sleep).
+#include <coverbs/coverbs.hpp>
+
+#include "cli.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <x86intrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace asio = boost::asio;
+namespace cv = coverbs;
+using clock_type = std::chrono::steady_clock;
+using asio::awaitable;
+
+namespace {
+
+struct config {
+  std::string test = "write_lat";
+  std::size_t size = 2;
+  int iters = 1000;
+  int tx_depth = 128;
+  std::string mode = "spin";
+  std::string device;
+  bool json = false;
+};
+
+constexpr const char* usage_text =
+    "--test write_lat|read_lat|send_lat|write_bw|read_bw|send_bw [--size BYTES] [--iters N] [--tx-depth N] "
+    "[--mode spin|events|adaptive] [--device NAME] [--json]";
+
+[[noreturn]] void usage(const std::string& why) { bench::usage_error("bench_datapath", why, usage_text); }
+
+config parse(int argc, char** argv) {
+  config c;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::printf("usage: bench_datapath %s\n", usage_text);
+      std::exit(0);
+    } else if (a == "--test")
+      c.test = value();
+    else if (a == "--size")
+      c.size = bench::parse_size("bench_datapath", usage_text, a, value(), 1, 1ull << 30);
+    else if (a == "--iters")
+      c.iters = static_cast<int>(bench::parse_count("bench_datapath", usage_text, a, value(), 2, 100'000'000));
+    else if (a == "--tx-depth")
+      c.tx_depth = static_cast<int>(bench::parse_count("bench_datapath", usage_text, a, value(), 1, 8192));
+    else if (a == "--mode")
+      c.mode = value();
+    else if (a == "--device")
+      c.device = value();
+    else if (a == "--json")
+      c.json = true;
+    else
+      usage("unknown argument '" + a + "'");
+  }
+  static const char* tests[] = {"write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "send_bw"};
+  if (std::none_of(std::begin(tests), std::end(tests), [&](const char* t) { return c.test == t; }))
+    usage("unknown --test '" + c.test + "'");
+  if (c.mode != "spin" && c.mode != "events" && c.mode != "adaptive") usage("unknown --mode '" + c.mode + "'");
+  if (c.test.ends_with("_lat") && c.size < 2 && c.test != "read_lat") c.size = 2;
+  return c;
+}
+
+/// One side: its own device context (like a perftest process), loop, completion queue, queue pair and
+/// registered buffer.
+struct side {
+  asio::io_context io{1};
+  cv::device dev;
+  cv::protection_domain pd;
+  cv::completion_queue cq;
+  cv::queue_pair qp;
+  std::vector<std::byte> bytes;
+  cv::memory_region mr;
+
+  side(const config& c, std::size_t buffer)
+      : dev(cv::device::open(c.device)), pd(dev), cq(io, dev, cq_options(c)), qp(pd, cq, qp_options(c)), bytes(buffer),
+        mr(pd, bytes, cv::access::local_write | cv::access::remote_write | cv::access::remote_read) {}
+
+  static cv::completion_queue_options cq_options(const config& c) {
+    cv::completion_queue_options o;
+    o.depth = 2 * (c.tx_depth + 16) + 64;
+    o.spin = c.mode == "spin"       ? cv::completion_queue_options::spin_forever
+             : c.mode == "adaptive" ? std::chrono::nanoseconds(50'000)
+                                    : std::chrono::nanoseconds(0);
+    return o;
+  }
+  static cv::queue_pair_options qp_options(const config& c) {
+    cv::queue_pair_options o;
+    o.max_send_wr = static_cast<std::uint32_t>(c.tx_depth + 16);
+    o.max_recv_wr = static_cast<std::uint32_t>(c.tx_depth + 16);
+    o.max_inline_data = 0;  // perftest runs rxe with "Max inline data: 0[B]"; compare like with like
+    return o;
+  }
+  cv::registered_span span(std::size_t off, std::size_t n) const { return cv::span_of(mr, off, n); }
+  cv::remote_key key() const { return cv::remote_key_of(mr); }
+  /// The second half of the buffer receives the peer's writes; its last byte signals arrival.
+  volatile std::byte& landing_last(std::size_t size) { return bytes[2 * size - 1]; }
+  cv::remote_key landing_key(std::size_t size) const { return key().slice(size, size); }
+};
+
+/// Cycle-counter time stamps, as perftest takes them: reading the clock must not cost more than the
+/// event being timed (in the TCG guest clock_gettime goes to an emulated HPET and costs microseconds).
+/// Converted to microseconds with a calibration against steady_clock over the whole run.
+class stamp_clock {
+public:
+  stamp_clock() : t0_(clock_type::now()), c0_(__rdtsc()) {}
+  static std::uint64_t now() noexcept { return __rdtsc(); }
+  /// Microseconds per tick, from the run so far.
+  double us_per_tick() const {
+    const double us = std::chrono::duration<double, std::micro>(clock_type::now() - t0_).count();
+    return us / static_cast<double>(__rdtsc() - c0_);
+  }
+
+private:
+  clock_type::time_point t0_;
+  std::uint64_t c0_;
+};
+
+struct result {
+  std::vector<double> samples_us;  // latency tests
+  double seconds = 0;              // bandwidth tests
+  std::uint64_t bytes = 0, messages = 0;
+};
+
+double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
+}
+
+/// Half of each round trip between consecutive stamps, in microseconds.
+std::vector<double> half_round_trips(const std::vector<std::uint64_t>& stamps, const stamp_clock& clock) {
+  const double scale = clock.us_per_tick();
+  std::vector<double> out;
+  for (std::size_t i = 0; i + 1 < stamps.size(); ++i)
+    out.push_back(static_cast<double>(stamps[i + 1] - stamps[i]) * scale / 2);
+  return out;
+}
+
+template <class Fn>
+void run_in(side& s, Fn coro, std::exception_ptr& error) {
+  asio::co_spawn(s.io, coro(), [&](std::exception_ptr e) { error = e; });
+  s.io.run();
+}
+
+/// Spins until `flag` holds `expect`, letting the loop run (completions, credits) every 64 checks.
+awaitable<void> spin_until(volatile std::byte& flag, std::byte expect) {
+  for (int n = 0; flag != expect; ++n)
+    if (n % 64 == 63) co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+}
+
+/// Write ping-pong, as ib_write_lat: the client writes `size` bytes into the server's landing half; the
+/// server spins until their last byte changes and writes the same back. Neither side waits for its own
+/// write's completion before spinning (completions return send-queue credits in the background).
+result write_lat(side& client, side& server, const config& c) {
+  result r;
+  std::vector<std::uint64_t> stamps(static_cast<std::size_t>(c.iters) + 1);
+  std::exception_ptr e1, e2;
+  const std::size_t n = c.size;
+  stamp_clock clock;
+  auto check = [](cv::error_code ec, std::size_t) {
+    if (ec) throw cv::system_error(ec, "write_lat");
+  };
+  auto pong = [&]() -> awaitable<void> {
+    for (int i = 0; i < c.iters; ++i) {
+      const auto expect = std::byte((i % 255) + 1);
+      co_await spin_until(server.landing_last(n), expect);
+      server.bytes[n - 1] = expect;
+      server.qp.async_write(server.span(0, n), client.landing_key(n), check);
+    }
+  };
+  auto ping = [&]() -> awaitable<void> {
+    for (int i = 0; i < c.iters; ++i) {
+      const auto expect = std::byte((i % 255) + 1);
+      stamps[static_cast<std::size_t>(i)] = stamp_clock::now();
+      client.bytes[n - 1] = expect;
+      client.qp.async_write(client.span(0, n), server.landing_key(n), check);
+      co_await spin_until(client.landing_last(n), expect);
+    }
+    stamps.back() = stamp_clock::now();
+  };
+  std::thread t([&] { run_in(server, pong, e2); });
+  run_in(client, ping, e1);
+  t.join();
+  if (e1) std::rethrow_exception(e1);
+  if (e2) std::rethrow_exception(e2);
+  r.samples_us = half_round_trips(stamps, clock);
+  return r;
+}
+
+/// Read latency: each read's full time, the server passive.
+result read_lat(side& client, side& server, const config& c) {
+  result r;
+  std::exception_ptr e;
+  stamp_clock clock;
+  std::vector<std::uint64_t> ticks;
+  auto reader = [&]() -> awaitable<void> {
+    for (int i = 0; i < c.iters; ++i) {
+      const auto t0 = stamp_clock::now();
+      co_await client.qp.async_read(client.span(0, c.size), server.key());
+      ticks.push_back(stamp_clock::now() - t0);
+    }
+  };
+  run_in(client, reader, e);
+  if (e) std::rethrow_exception(e);
+  const double scale = clock.us_per_tick();
+  for (auto t : ticks)
+    r.samples_us.push_back(static_cast<double>(t) * scale);
+  return r;
+}
+
+/// Send ping-pong into receives posted ahead (perftest pre-posts its receives the same way): on each
+/// receive completion a side re-posts that receive, and the server answers / the client sends the next ping.
+result send_lat(side& client, side& server, const config& c) {
+  result r;
+  std::vector<std::uint64_t> stamps;
+  stamps.reserve(static_cast<std::size_t>(c.iters) + 1);
+  stamp_clock clock;
+  const std::size_t n = c.size;
+  constexpr int ahead = 8;
+  auto fail = [](cv::error_code ec) {
+    if (ec) throw cv::system_error(ec, "send_lat");
+  };
+  int answered = 0;
+  std::function<void()> server_recv = [&] {
+    server.qp.async_recv(server.span(n, n), [&](cv::error_code ec, cv::received) {
+      fail(ec);
+      if (++answered + ahead <= c.iters) server_recv();
+      server.qp.async_send(server.span(0, n), [&](cv::error_code e, std::size_t) { fail(e); });
+    });
+  };
+  for (int i = 0; i < std::min(ahead, c.iters); ++i)
+    server_recv();
+  std::exception_ptr server_error;
+  std::thread t([&] {
+    try {
+      server.io.run();
+    } catch (...) {
+      server_error = std::current_exception();
+    }
+  });
+  int pongs = 0;
+  std::function<void()> ping = [&] {
+    stamps.push_back(stamp_clock::now());
+    client.qp.async_send(client.span(0, n), [&](cv::error_code e, std::size_t) { fail(e); });
+  };
+  std::function<void()> client_recv = [&] {
+    client.qp.async_recv(client.span(n, n), [&](cv::error_code ec, cv::received) {
+      fail(ec);
+      if (++pongs + ahead <= c.iters) client_recv();
+      if (pongs < c.iters)
+        ping();
+      else
+        stamps.push_back(stamp_clock::now());
+    });
+  };
+  for (int i = 0; i < std::min(ahead, c.iters); ++i)
+    client_recv();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the server's receives are posted
+  ping();
+  client.io.run();
+  t.join();
+  if (server_error) std::rethrow_exception(server_error);
+  r.samples_us = half_round_trips(stamps, clock);
+  return r;
+}
+
+/// Bandwidth: `tx_depth` operations in flight until `iters` completed.
+result bandwidth(side& client, side& server, const config& c) {
+  result r;
+  int posted = 0, completed = 0;
+  const std::string op = c.test.substr(0, c.test.find('_'));
+  std::exception_ptr e_server;
+  std::thread server_thread;
+  if (op == "send") {
+    // The server keeps receives posted, re-posting each as it completes.
+    server_thread = std::thread([&] {
+      int received = 0;
+      std::function<void()> post_one = [&] {
+        server.qp.async_recv(server.span(0, c.size), [&](cv::error_code ec, cv::received) {
+          if (ec) return;
+          if (++received + c.tx_depth <= c.iters) post_one();
+        });
+      };
+      for (int i = 0; i < std::min(c.tx_depth + 8, c.iters); ++i)
+        post_one();
+      server.io.run();
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::function<void()> post_next = [&] {
+    ++posted;
+    auto done = [&](cv::error_code ec, std::size_t) {
+      if (ec) throw cv::system_error(ec, c.test);
+      ++completed;
+      if (posted < c.iters) post_next();
+    };
+    if (op == "write")
+      client.qp.async_write(client.span(0, c.size), server.key(), done);
+    else if (op == "read")
+      client.qp.async_read(client.span(0, c.size), server.key(), done);
+    else
+      client.qp.async_send(client.span(0, c.size), done);
+  };
+  const auto t0 = clock_type::now();
+  for (int i = 0; i < std::min(c.tx_depth, c.iters); ++i)
+    post_next();
+  client.io.run();
+  r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+  if (server_thread.joinable()) server_thread.join();
+  r.messages = static_cast<std::uint64_t>(completed);
+  r.bytes = r.messages * c.size;
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const config c = parse(argc, argv);
+  try {
+    side client(c, 2 * c.size), server(c, 2 * c.size);
+    cv::connect_pair(client.qp, server.qp);
+
+    result r;
+    if (c.test == "write_lat")
+      r = write_lat(client, server, c);
+    else if (c.test == "read_lat")
+      r = read_lat(client, server, c);
+    else if (c.test == "send_lat")
+      r = send_lat(client, server, c);
+    else
+      r = bandwidth(client, server, c);
+
+    if (c.test.ends_with("_lat")) {
+      const double typical = percentile(r.samples_us, 0.5), p99 = percentile(r.samples_us, 0.99);
+      const double min = *std::min_element(r.samples_us.begin(), r.samples_us.end());
+      if (c.json)
+        std::printf("{\"test\": \"%s\", \"mode\": \"%s\", \"bytes\": %zu, \"iterations\": %d, \"t_min_us\": %.3f, "
+                    "\"t_typical_us\": %.3f, \"t_p99_us\": %.3f}\n",
+                    c.test.c_str(), c.mode.c_str(), c.size, c.iters, min, typical, p99);
+      else
+        std::printf("%-9s %-8s %8zu B %8d iters  t_min %8.2f us  t_typical %8.2f us  p99 %8.2f us\n", c.test.c_str(),
+                    c.mode.c_str(), c.size, c.iters, min, typical, p99);
+    } else {
+      const double bps = static_cast<double>(r.bytes) / r.seconds,
+                   mpps = static_cast<double>(r.messages) / r.seconds / 1e6;
+      if (c.json)
+        std::printf("{\"test\": \"%s\", \"mode\": \"%s\", \"bytes\": %zu, \"iterations\": %d, \"tx_depth\": %d, "
+                    "\"bytes_per_second\": %.1f, \"msg_rate_mpps\": %.6f}\n",
+                    c.test.c_str(), c.mode.c_str(), c.size, c.iters, c.tx_depth, bps, mpps);
+      else
+        std::printf("%-9s %-8s %8zu B %8d iters  %10.2f MiB/s  %8.4f Mpps\n", c.test.c_str(), c.mode.c_str(), c.size,
+                    c.iters, bps / 1048576.0, mpps);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_datapath: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

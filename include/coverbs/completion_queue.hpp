@@ -1,0 +1,111 @@
+#pragma once
+/// @file
+/// `completion_queue`: a CQ whose completion channel is serviced by an Asio executor, so work requests
+/// posted by `queue_pair` operations complete as ordinary Asio asynchronous operations.
+///
+/// How completions are found (ARCHITECTURE.md, "completion dispatch"): the channel fd (O_NONBLOCK) is
+/// waited on as an Asio descriptor while work is outstanding; on readiness every pending event is taken
+/// with ibv_get_cq_event, events are acknowledged in batches (ibv_ack_cq_events), the CQ is re-armed
+/// (ibv_req_notify_cq) and polled until empty *after* arming, so a completion that lands between the last
+/// poll and the arming is never lost. Spurious wake-ups are harmless. Each completion's wr_id is the
+/// operation it belongs to, whose handler then runs on its associated executor.
+///
+/// With `completion_queue_options::spin` > 0 the queue polls for that long after the last completion
+/// before it arms and sleeps (adaptive mode); `spin_forever` busy-polls while work is outstanding (the
+/// lowest latency, one core per loop: what perftest does by default).
+///
+/// @par Thread Safety
+/// Distinct objects: safe. Shared objects: unsafe; use the queue and its queue pairs from its executor
+/// (one thread, or a strand).
+
+#include <coverbs/error.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/execution_context.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+
+struct ibv_cq;
+
+namespace coverbs {
+
+class device;
+namespace detail {
+class cq_impl;
+}
+
+/// How a completion queue is created and how it waits.
+struct completion_queue_options {
+  /// Busy-poll while work is outstanding, never sleeping on the channel.
+  static constexpr std::chrono::nanoseconds spin_forever = std::chrono::nanoseconds::max();
+
+  /// Completion-queue entries (`cqe` of ibv_create_cq). Every queue pair using the queue reserves its
+  /// send and receive depths from it, so it never overflows; creation fails with `errc::cq_overcommitted`
+  /// when they would not fit.
+  int depth = 4096;
+  /// 0: event-driven (arm, sleep on the channel). > 0: adaptive — poll for this long after the last
+  /// completion before arming. `spin_forever`: busy polling.
+  std::chrono::nanoseconds spin{0};
+  /// Completion vector (interrupt) of the channel; 0 .. num_comp_vectors-1.
+  int comp_vector = 0;
+  /// Events taken before they are acknowledged with one ibv_ack_cq_events call.
+  unsigned ack_batch = 64;
+};
+
+/// Counters of a completion queue's dispatch loop.
+struct completion_queue_stats {
+  std::uint64_t events = 0;            ///< channel events taken (ibv_get_cq_event)
+  std::uint64_t spurious_wakeups = 0;  ///< readiness with no event pending
+  std::uint64_t arms = 0;              ///< ibv_req_notify_cq calls
+  std::uint64_t polls = 0;             ///< ibv_poll_cq calls
+  std::uint64_t completions = 0;       ///< work completions dispatched
+};
+
+/// A completion queue bound to an executor. Move-only.
+///
+/// Lifetime: the device outlives the queue; the queue outlives every queue pair that uses it.
+/// Destruction acknowledges every event taken and never blocks on the channel.
+class completion_queue {
+public:
+  using executor_type = boost::asio::any_io_executor;
+
+  /// Creates the queue and its completion channel on `dev`, serviced by `ex`.
+  /// @throws system_error with the errno of ibv_create_comp_channel(3) / ibv_create_cq(3) (EINVAL: depth
+  /// above device_caps::max_cqe or a bad comp_vector).
+  completion_queue(const executor_type& ex, device& dev, const completion_queue_options& options = {});
+  /// As above, serviced by `ctx`'s executor (e.g. an io_context).
+  template <class ExecutionContext,
+            std::enable_if_t<std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>, int> = 0>
+  completion_queue(ExecutionContext& ctx, device& dev, const completion_queue_options& options = {})
+      : completion_queue(executor_type(ctx.get_executor()), dev, options) {}
+
+  completion_queue(completion_queue&&) noexcept;
+  completion_queue& operator=(completion_queue&&) noexcept;
+  completion_queue(const completion_queue&) = delete;
+  completion_queue& operator=(const completion_queue&) = delete;
+  ~completion_queue();
+
+  executor_type get_executor() const noexcept;
+  ibv_cq* native_handle() const noexcept;
+  /// Entries the queue holds (as created; the provider may have rounded it up).
+  int depth() const noexcept;
+  /// Work requests posted through queue pairs on this queue whose completion has not been dispatched.
+  std::size_t outstanding() const noexcept;
+  completion_queue_stats stats() const noexcept;
+
+  /// Polls now, without waiting, and dispatches what it finds. @returns completions dispatched.
+  /// For callers that drive their own polling loop; the queue polls by itself otherwise.
+  std::size_t poll();
+
+  /// Internal.
+  detail::cq_impl& impl() const noexcept { return *impl_; }
+
+private:
+  std::shared_ptr<detail::cq_impl> impl_;
+};
+
+}  // namespace coverbs

@@ -1,0 +1,212 @@
+#pragma once
+// Internal: the operation node whose address is a work request's wr_id, and the templated operation that
+// owns a completion handler. Not part of the public API.
+
+#include <coverbs/buffer.hpp>
+#include <coverbs/error.hpp>
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/associated_allocator.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/prefer.hpp>
+#include <boost/asio/recycling_allocator.hpp>
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <optional>
+#include <utility>
+
+namespace coverbs {
+
+/// What a receive completion reports (`ibv_wc` of an IBV_WC_RECV / IBV_WC_RECV_RDMA_WITH_IMM).
+struct received {
+  std::size_t bytes = 0;                          ///< bytes placed in the receive buffer
+  std::optional<std::uint32_t> imm;               ///< immediate data (host byte order), if the peer sent any
+  std::optional<std::uint32_t> invalidated_rkey;  ///< rkey the peer invalidated with send_with_invalidate
+  bool rdma_with_imm = false;                     ///< true for the receive side of write_with_imm
+};
+
+namespace detail {
+
+class queue_pair_impl;
+
+/// How a finished work request is turned into completion arguments.
+enum class result_kind : std::uint8_t {
+  length,   ///< void(error_code, std::size_t): the posted length (send, write, read)
+  receive,  ///< void(error_code, received)
+  atomic,   ///< void(error_code, std::uint64_t): the old value, read from the local result buffer
+  key,     ///< void(error_code, remote_key): wr_node::key (memory-window binds)
+  none,     ///< void(error_code)
+};
+
+/// Where a node is in its life.
+enum class node_state : std::uint8_t { waiting_credit, posted, done };
+
+/// Base of every operation: its address is the wr_id of the (last) work request it posts.
+struct wr_node {
+  /// Completes the operation: frees the node, then hands `ec` and the result to the handler on its
+  /// executor — inline (dispatch) when `may_dispatch`, else always via post.
+  using complete_fn = void (*)(wr_node*, error_code ec, const ibv_wc* wc, bool may_dispatch);
+
+  complete_fn complete = nullptr;
+  queue_pair_impl* qp = nullptr;
+  wr_node* next = nullptr;  // credit wait queue (FIFO)
+  node_state state = node_state::waiting_credit;
+  result_kind kind = result_kind::length;
+  bool is_recv = false;
+  bool cancelled = false;  // terminal cancellation requested while posted
+  /// Work requests this operation posts (a chain: wr.send -> chain[0]). Each holds a send-queue credit
+  /// and is signaled with wr_id = this node; the operation completes with its last completion, reporting
+  /// the first error of the chain.
+  std::uint32_t credits = 1;
+  std::uint32_t pending = 0;  // completions still to come
+  error_code first_error;
+  union {
+    ibv_send_wr send;
+    ibv_recv_wr recv;
+  } wr{};
+  ibv_send_wr chain[1]{};  // a second work request, for chains of two (invalidate + bind)
+  ibv_sge sge{};
+  std::uint64_t* atomic_result = nullptr;  // local 8-byte buffer of fetch_add / compare_swap
+  remote_key key{};                        // result of result_kind::key
+
+  /// Posts instead of ibv_post_send (e.g. ibv_bind_mw for type-1 windows); returns 0 or an errno.
+  int (*post)(ibv_qp* qp, wr_node* self) = nullptr;
+  /// Runs once the last completion arrived (or the operation failed before posting), before the handler:
+  /// may adjust `ec` and record state (e.g. a type-2 window's new rkey on success, the old one on failure).
+  void (*on_complete)(wr_node* self, error_code& ec) = nullptr;
+  void* context = nullptr;  // for post / on_complete
+
+  wr_node() noexcept { wr.send = ibv_send_wr{}; }
+};
+
+/// The completion arguments of `kind` from a work completion (`wc` may be null: cancelled or failed to post).
+std::size_t result_length(const wr_node& n) noexcept;
+received result_received(const ibv_wc* wc) noexcept;
+std::uint64_t result_atomic(const wr_node& n) noexcept;
+
+/// Cancellation: called from the handler's cancellation slot.
+void cancel_node(wr_node* node, boost::asio::cancellation_type type) noexcept;
+
+/// How each kind of operation binds its completion arguments to the handler.
+template <result_kind Kind>
+struct result_for;
+template <>
+struct result_for<result_kind::length> {
+  template <class H>
+  static auto bind(H&& h, error_code ec, const wr_node& n, const ibv_wc*) {
+    return boost::asio::append(std::forward<H>(h), ec, ec ? std::size_t{0} : result_length(n));
+  }
+};
+template <>
+struct result_for<result_kind::receive> {
+  template <class H>
+  static auto bind(H&& h, error_code ec, const wr_node&, const ibv_wc* wc) {
+    return boost::asio::append(std::forward<H>(h), ec, ec ? received{} : result_received(wc));
+  }
+};
+template <>
+struct result_for<result_kind::atomic> {
+  template <class H>
+  static auto bind(H&& h, error_code ec, const wr_node& n, const ibv_wc*) {
+    return boost::asio::append(std::forward<H>(h), ec, ec ? std::uint64_t{0} : result_atomic(n));
+  }
+};
+template <>
+struct result_for<result_kind::key> {
+  template <class H>
+  static auto bind(H&& h, error_code ec, const wr_node& n, const ibv_wc*) {
+    return boost::asio::append(std::forward<H>(h), ec, ec ? remote_key{} : n.key);
+  }
+};
+template <>
+struct result_for<result_kind::none> {
+  template <class H>
+  static auto bind(H&& h, error_code ec, const wr_node&, const ibv_wc*) {
+    return boost::asio::append(std::forward<H>(h), ec);
+  }
+};
+
+/// The cancellation handler installed in a handler's slot.
+struct node_cancellation {
+  wr_node* node;
+  void operator()(boost::asio::cancellation_type type) const noexcept { cancel_node(node, type); }
+};
+
+/// An operation owning its handler, allocated with the handler's associated allocator. The handler's
+/// associated executor is kept busy (outstanding_work.tracked) until the handler runs there.
+template <result_kind Kind, class Handler, class IoExecutor>
+class wr_op final : public wr_node {
+public:
+  using handler_executor = boost::asio::associated_executor_t<Handler, IoExecutor>;
+  using work_executor = std::decay_t<decltype(boost::asio::prefer(std::declval<handler_executor>(),
+                                                                  boost::asio::execution::outstanding_work.tracked))>;
+  using allocator_type = typename std::allocator_traits<boost::asio::associated_allocator_t<
+      Handler, boost::asio::recycling_allocator<void>>>::template rebind_alloc<wr_op>;
+
+  static wr_op* create(Handler&& handler, const IoExecutor& io_ex) {
+    allocator_type alloc(boost::asio::get_associated_allocator(handler, boost::asio::recycling_allocator<void>()));
+    wr_op* p = std::allocator_traits<allocator_type>::allocate(alloc, 1);
+    try {
+      return ::new (static_cast<void*>(p)) wr_op(std::move(handler), io_ex);
+    } catch (...) {
+      std::allocator_traits<allocator_type>::deallocate(alloc, p, 1);
+      throw;
+    }
+  }
+
+  /// Connects the handler's cancellation slot (if any) to this node.
+  void install_cancellation() {
+    auto slot = boost::asio::get_associated_cancellation_slot(handler_);
+    if (slot.is_connected()) slot.template emplace<node_cancellation>(node_cancellation{this});
+  }
+
+  /// Frees the node without running the handler (the initiation failed before anything was posted).
+  void destroy() noexcept { destroy(allocator()); }
+
+private:
+  allocator_type allocator() const noexcept {
+    return allocator_type(boost::asio::get_associated_allocator(handler_, boost::asio::recycling_allocator<void>()));
+  }
+  void destroy(allocator_type alloc) noexcept {
+    this->~wr_op();
+    std::allocator_traits<allocator_type>::deallocate(alloc, this, 1);
+  }
+
+  wr_op(Handler&& h, const IoExecutor& io_ex)
+      : handler_(std::move(h)), work_(boost::asio::prefer(boost::asio::get_associated_executor(handler_, io_ex),
+                                                          boost::asio::execution::outstanding_work.tracked)) {
+    this->complete = &do_complete;
+    this->kind = Kind;
+  }
+
+  static void do_complete(wr_node* base, error_code ec, const ibv_wc* wc, bool may_dispatch) {
+    auto* self = static_cast<wr_op*>(base);
+    auto slot = boost::asio::get_associated_cancellation_slot(self->handler_);
+    if (slot.is_connected()) slot.clear();
+    // Take what the handler needs, free the node, then run the handler: its memory can be reused by
+    // the next operation the handler starts (the recycling allocator makes the steady state allocation-free).
+    allocator_type alloc = self->allocator();
+    auto bound = result_for<Kind>::bind(std::move(self->handler_), ec, *self, wc);
+    work_executor work(std::move(self->work_));
+    self->destroy(alloc);
+    if (may_dispatch)
+      boost::asio::dispatch(work, std::move(bound));
+    else
+      boost::asio::post(work, std::move(bound));
+  }
+
+  Handler handler_;
+  work_executor work_;
+};
+
+}  // namespace detail
+}  // namespace coverbs

@@ -1,0 +1,276 @@
+#pragma once
+/// @file
+/// `queue_pair`: a reliable-connected (RC) queue pair whose operations are Asio asynchronous operations.
+///
+/// Each `async_*` function posts one signaled work request whose wr_id is the operation itself; the
+/// completion queue's loop completes the handler on the handler's associated executor with the handler's
+/// associated allocator (ARCHITECTURE.md, "data path"). Every operation works with any completion token
+/// (`use_awaitable` by default, callbacks, `use_future`, `deferred`, `as_tuple`, ...).
+///
+/// Send-queue credits: when the send (or receive) queue is full, an operation waits its turn in FIFO order
+/// instead of failing. A post that fails completes the handler with the verb's errno — never from inside
+/// the initiating function.
+///
+/// Errors: a failed work completion is reported as its `wc_errc`. The first one moves the queue pair to the
+/// error state (IBA 10.8.3): every outstanding and every later operation then completes with
+/// `wc_errc::wr_flush_err`, and `error()` tells what failed first. Bad requests that would otherwise push a
+/// healthy queue pair into the error state are refused before posting with an `errc`.
+///
+/// @par Per-Operation Cancellation
+/// A posted work request cannot be recalled. Only `cancellation_type::terminal` is honoured for it: the
+/// queue pair is moved to the error state, the request is flushed, and the handler receives
+/// `operation_aborted` once the device has retired it — so its buffers are safe to reuse when the handler
+/// runs. The queue pair must then be reset or replaced. An operation still waiting for a send-queue credit
+/// is cancelled at once (terminal, partial or total) with `operation_aborted`.
+///
+/// @par Thread Safety
+/// Distinct objects: safe. Shared objects: unsafe; use a queue pair from its completion queue's executor.
+
+#include <coverbs/buffer.hpp>
+#include <coverbs/completion_queue.hpp>
+#include <coverbs/detail/wr_node.hpp>
+#include <coverbs/device.hpp>
+#include <coverbs/error.hpp>
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <memory>
+
+namespace coverbs {
+
+class protection_domain;
+
+/// What a peer needs to connect to a queue pair (exchanged out of band, e.g. over TCP).
+struct queue_pair_address {
+  std::uint32_t qp_num = 0;
+  std::uint32_t psn = 0;  ///< first packet sequence number (24 bits)
+  gid gid_value;          ///< the local GID (RoCE v2 IPv4-mapped by default)
+  std::uint16_t lid = 0;  ///< InfiniBand only
+};
+
+/// Sizes and connection attributes of a queue pair.
+struct queue_pair_options {
+  std::uint32_t max_send_wr = 128;  ///< send-queue depth (operations in flight; more wait for credits)
+  std::uint32_t max_recv_wr = 128;  ///< receive-queue depth
+  std::uint32_t max_send_sge = 1, max_recv_sge = 1;
+  std::uint32_t max_inline_data = 64;  ///< sends/writes up to this size are copied into the WQE (IBV_SEND_INLINE)
+  std::uint8_t port = 1;
+  int gid_index = -1;                   ///< -1: device::default_gid(port)
+  ibv_mtu path_mtu = IBV_MTU_4096;      ///< capped at the port's active MTU
+  std::uint8_t timeout = 14;            ///< local ACK timeout: 4.096 us * 2^timeout (14: ~67 ms)
+  std::uint8_t retry_cnt = 7;           ///< transport retries before wc_errc::retry_exc_err
+  std::uint8_t rnr_retry = 7;           ///< receiver-not-ready retries (7: infinite)
+  std::uint8_t min_rnr_timer = 12;      ///< RNR NAK timer code (12: 0.64 ms)
+  std::uint8_t max_rd_atomic = 0;       ///< outstanding reads/atomics as requester; 0: device maximum (<= 16)
+  std::uint8_t max_dest_rd_atomic = 0;  ///< as responder; 0: device maximum (<= 16)
+  /// What the peer may do to memory through this queue pair (qp_access_flags).
+  access remote_access = access::remote_write | access::remote_read | access::remote_atomic;
+};
+
+namespace detail {
+class queue_pair_impl;
+void qp_start(queue_pair_impl* qp, wr_node* node, error_code ec);
+error_code prepare_send(queue_pair_impl* qp, wr_node& n, const registered_span& buf, ibv_wr_opcode op,
+                        std::uint32_t imm_or_rkey);
+error_code prepare_recv(queue_pair_impl* qp, wr_node& n, const registered_span& buf);
+error_code prepare_rdma(queue_pair_impl* qp, wr_node& n, const registered_span& local, const remote_key& remote,
+                        ibv_wr_opcode op, std::uint32_t imm);
+error_code prepare_atomic(queue_pair_impl* qp, wr_node& n, const registered_span& result, const remote_key& remote,
+                          ibv_wr_opcode op, std::uint64_t compare_add, std::uint64_t swap);
+}  // namespace detail
+
+/// A reliable-connected queue pair on a completion queue. Move-only.
+///
+/// Lifetime: the protection domain and completion queue(s) outlive it. Destroying a queue pair with
+/// operations outstanding moves it to the error state and waits (briefly) for the device to flush them;
+/// their handlers receive `wr_flush_err` (posted, never run inside the destructor).
+class queue_pair {
+public:
+  using executor_type = completion_queue::executor_type;
+  using default_token = boost::asio::use_awaitable_t<executor_type>;
+
+  /// Creates an RC queue pair in the RESET state using `cq` for sends and receives.
+  /// @throws system_error: `errc::cq_overcommitted` (the queue's depth cannot hold another
+  /// max_send_wr + max_recv_wr completions), or the errno of ibv_create_qp(3) (EINVAL: sizes above the
+  /// device's max_qp_wr / max_sge / inline limit).
+  queue_pair(protection_domain& pd, completion_queue& cq, const queue_pair_options& options = {});
+  /// As above with separate send and receive completion queues (both on the same executor).
+  queue_pair(protection_domain& pd, completion_queue& send_cq, completion_queue& recv_cq,
+             const queue_pair_options& options = {});
+
+  queue_pair(queue_pair&&) noexcept;
+  queue_pair& operator=(queue_pair&&) noexcept;
+  queue_pair(const queue_pair&) = delete;
+  queue_pair& operator=(const queue_pair&) = delete;
+  ~queue_pair();
+
+  executor_type get_executor() const noexcept;
+  ibv_qp* native_handle() const noexcept;
+  std::uint32_t qp_num() const noexcept;
+  /// What a peer passes to `connect`.
+  queue_pair_address local_address() const;
+  /// Moves RESET → INIT → RTR → RTS towards `remote` (ibv_modify_qp(3) three times).
+  /// @throws system_error with the errno of ibv_modify_qp naming the transition that failed.
+  void connect(const queue_pair_address& remote);
+  /// The state as the device reports it (ibv_query_qp(3)).
+  ibv_qp_state state() const;
+  /// The error that moved the queue pair to the error state (empty while healthy).
+  error_code error() const noexcept;
+  /// Send-queue work requests posted and not yet completed / operations waiting for a credit.
+  std::size_t sends_outstanding() const noexcept;
+  std::size_t sends_waiting() const noexcept;
+  /// The largest send/write that goes inline (as the provider granted it).
+  std::uint32_t max_inline_data() const noexcept;
+
+  // --- two-sided ---
+
+  /// Sends `buf` to the peer's next posted receive (IBV_WR_SEND).
+  /// @par Completion Signature `void(error_code, std::size_t bytes)`
+  /// @par Errors `wc_errc` of the completion (rnr_retry_exc_err: the peer posted no receive;
+  /// retry_exc_err: the peer is unreachable), `wr_flush_err` after an earlier error, errno of ibv_post_send.
+  /// @see ibv_post_send(3)
+  template <class Token = default_token>
+  auto async_send(registered_span buf, Token&& token = default_token{}) {
+    return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
+        std::forward<Token>(token), [buf](detail::queue_pair_impl* q, detail::wr_node& n) {
+          return detail::prepare_send(q, n, buf, IBV_WR_SEND, 0);
+        });
+  }
+
+  /// Sends `buf` with 32 bits of immediate data (IBV_WR_SEND_WITH_IMM); `imm` in host byte order.
+  /// @par Completion Signature `void(error_code, std::size_t bytes)`
+  template <class Token = default_token>
+  auto async_send_with_imm(registered_span buf, std::uint32_t imm, Token&& token = default_token{}) {
+    return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
+        std::forward<Token>(token), [buf, imm](detail::queue_pair_impl* q, detail::wr_node& n) {
+          return detail::prepare_send(q, n, buf, IBV_WR_SEND_WITH_IMM, imm);
+        });
+  }
+
+  /// Sends `buf` and invalidates `rkey` at the peer (IBV_WR_SEND_WITH_INV); the peer's receive reports it
+  /// in `received::invalidated_rkey`.
+  /// @par Completion Signature `void(error_code, std::size_t bytes)`
+  template <class Token = default_token>
+  auto async_send_with_invalidate(registered_span buf, std::uint32_t rkey, Token&& token = default_token{}) {
+    return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
+        std::forward<Token>(token), [buf, rkey](detail::queue_pair_impl* q, detail::wr_node& n) {
+          return detail::prepare_send(q, n, buf, IBV_WR_SEND_WITH_INV, rkey);
+        });
+  }
+
+  /// Posts a receive into `buf` (ibv_post_recv(3)).
+  /// @par Completion Signature `void(error_code, received)`: bytes placed, immediate data, invalidated rkey.
+  /// @par Errors `wc_errc::loc_len_err` (the message was larger than `buf`), `wr_flush_err`.
+  template <class Token = default_token>
+  auto async_recv(registered_span buf, Token&& token = default_token{}) {
+    return initiate<detail::result_kind::receive, void(error_code, received)>(
+        std::forward<Token>(token),
+        [buf](detail::queue_pair_impl* q, detail::wr_node& n) { return detail::prepare_recv(q, n, buf); });
+  }
+
+  // --- one-sided ---
+
+  /// Writes `local` to the start of `remote` (IBV_WR_RDMA_WRITE). Zero-length writes are allowed.
+  /// @par Completion Signature `void(error_code, std::size_t bytes)`
+  /// @par Errors `errc::remote_range_too_small` (before posting: `remote.length` < `local.size()`),
+  /// `wc_errc::rem_access_err` (bad or revoked rkey, range outside it, no remote_write right).
+  template <class Token = default_token>
+  auto async_write(registered_span local, remote_key remote, Token&& token = default_token{}) {
+    return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
+        std::forward<Token>(token), [local, remote](detail::queue_pair_impl* q, detail::wr_node& n) {
+          return detail::prepare_rdma(q, n, local, remote, IBV_WR_RDMA_WRITE, 0);
+        });
+  }
+
+  /// As `async_write`, and consumes a receive at the peer that reports `imm` (host byte order).
+  template <class Token = default_token>
+  auto async_write_with_imm(registered_span local, remote_key remote, std::uint32_t imm,
+                            Token&& token = default_token{}) {
+    return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
+        std::forward<Token>(token), [local, remote, imm](detail::queue_pair_impl* q, detail::wr_node& n) {
+          return detail::prepare_rdma(q, n, local, remote, IBV_WR_RDMA_WRITE_WITH_IMM, imm);
+        });
+  }
+
+  /// Reads `local.size()` bytes from the start of `remote` into `local` (IBV_WR_RDMA_READ); `local` needs
+  /// a region with local_write.
+  /// @par Completion Signature `void(error_code, std::size_t bytes)`
+  template <class Token = default_token>
+  auto async_read(registered_span local, remote_key remote, Token&& token = default_token{}) {
+    return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
+        std::forward<Token>(token), [local, remote](detail::queue_pair_impl* q, detail::wr_node& n) {
+          return detail::prepare_rdma(q, n, local, remote, IBV_WR_RDMA_READ, 0);
+        });
+  }
+
+  /// Atomically adds `add` to the 8-byte word at `remote.addr` (IBV_WR_ATOMIC_FETCH_AND_ADD). The old value
+  /// is written to `result` (8 bytes of a local_write region) and passed to the handler.
+  /// @par Completion Signature `void(error_code, std::uint64_t old_value)`
+  /// @par Errors `errc::misaligned_atomic` (remote address not 8-byte aligned, IBA o9-21),
+  /// `errc::buffer_too_small`, `errc::atomics_unsupported` — all before posting.
+  template <class Token = default_token>
+  auto async_fetch_add(registered_span result, remote_key remote, std::uint64_t add, Token&& token = default_token{}) {
+    return initiate<detail::result_kind::atomic, void(error_code, std::uint64_t)>(
+        std::forward<Token>(token), [result, remote, add](detail::queue_pair_impl* q, detail::wr_node& n) {
+          return detail::prepare_atomic(q, n, result, remote, IBV_WR_ATOMIC_FETCH_AND_ADD, add, 0);
+        });
+  }
+
+  /// Atomically replaces the 8-byte word at `remote.addr` with `swap` if it equals `compare`
+  /// (IBV_WR_ATOMIC_CMP_AND_SWP). The old value goes to `result` and the handler either way; the swap took
+  /// place exactly when old value == `compare`.
+  /// @par Completion Signature `void(error_code, std::uint64_t old_value)`
+  template <class Token = default_token>
+  auto async_compare_swap(registered_span result, remote_key remote, std::uint64_t compare, std::uint64_t swap,
+                          Token&& token = default_token{}) {
+    return initiate<detail::result_kind::atomic, void(error_code, std::uint64_t)>(
+        std::forward<Token>(token), [result, remote, compare, swap](detail::queue_pair_impl* q, detail::wr_node& n) {
+          return detail::prepare_atomic(q, n, result, remote, IBV_WR_ATOMIC_CMP_AND_SWP, compare, swap);
+        });
+  }
+
+  /// Internal.
+  detail::queue_pair_impl* impl() const noexcept { return impl_.get(); }
+
+  /// Extension point for operations built elsewhere in coverbs (memory windows): initiates an operation
+  /// whose work request(s) `prepare(detail::queue_pair_impl*, detail::wr_node&) -> error_code` fills in,
+  /// with credits, posting, flushing and cancellation as for every operation here.
+  template <detail::result_kind Kind, class Signature, class Token, class Prepare>
+  auto async_post(Token&& token, Prepare&& prepare) {
+    return initiate<Kind, Signature>(std::forward<Token>(token), std::forward<Prepare>(prepare));
+  }
+
+private:
+  template <detail::result_kind Kind>
+  struct initiation {
+    queue_pair* self;
+    executor_type get_executor() const noexcept { return self->get_executor(); }
+    template <class Handler, class Prepare>
+    void operator()(Handler&& handler, Prepare prepare) const {
+      using op = detail::wr_op<Kind, std::decay_t<Handler>, executor_type>;
+      std::decay_t<Handler> owned(std::forward<Handler>(handler));  // lvalue callbacks are copied
+      op* node = op::create(std::move(owned), self->get_executor());
+      node->qp = self->impl_.get();
+      const error_code ec = prepare(node->qp, *node);
+      if (!ec) node->install_cancellation();
+      detail::qp_start(node->qp, node, ec);
+    }
+  };
+
+  template <detail::result_kind Kind, class Signature, class Token, class Prepare>
+  auto initiate(Token&& token, Prepare&& prepare) {
+    return boost::asio::async_initiate<Token, Signature>(initiation<Kind>{this}, token, std::forward<Prepare>(prepare));
+  }
+
+  std::unique_ptr<detail::queue_pair_impl> impl_;
+};
+
+/// Connects two queue pairs to each other without rdma_cm (both in this process; for tests and benches).
+/// @throws system_error as `queue_pair::connect`.
+void connect_pair(queue_pair& a, queue_pair& b);
+
+}  // namespace coverbs

@@ -1,0 +1,210 @@
+#include <coverbs/completion_queue.hpp>
+#include <coverbs/device.hpp>
+
+#include "cq_impl.hpp"
+#include "qp_impl.hpp"
+
+#include <boost/asio/post.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace coverbs {
+namespace detail {
+
+cq_impl::cq_impl(const boost::asio::any_io_executor& ex, ibv_context* context, const completion_queue_options& options)
+    : executor_(ex), channel_fd_(ex), options_(options) {
+  if (options.depth < 1)
+    throw system_error(errno_code(EINVAL),
+                       "completion_queue: depth must be at least 1 (got " + std::to_string(options.depth) + ")");
+  channel_ = ibv_create_comp_channel(context);
+  throw_on_error(verbs_null_result(channel_), "ibv_create_comp_channel");
+  const int flags = ::fcntl(channel_->fd, F_GETFL);
+  if (flags < 0 || ::fcntl(channel_->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    const error_code ec = errno_code(errno);
+    ibv_destroy_comp_channel(channel_);
+    throw system_error(ec, "fcntl(O_NONBLOCK) on the completion channel");
+  }
+  cq_ = ibv_create_cq(context, options.depth, this, channel_, options.comp_vector);
+  if (!cq_) {
+    const error_code ec = verbs_null_result(cq_);
+    ibv_destroy_comp_channel(channel_);
+    throw system_error(ec, "ibv_create_cq(cqe=" + std::to_string(options.depth) +
+                               ", comp_vector=" + std::to_string(options.comp_vector) + ")");
+  }
+  depth_ = options.depth;
+  channel_fd_.assign(channel_->fd);
+}
+
+cq_impl::~cq_impl() { close(); }
+
+void cq_impl::close() noexcept {
+  if (closed_) return;
+  closed_ = true;
+  error_code ignored;
+  channel_fd_.cancel(ignored);
+  channel_fd_.release();  // the channel owns the fd
+  ack_events(true);
+  if (cq_) {
+    const error_code ec = verbs_status_result(ibv_destroy_cq(cq_));
+    if (ec)
+      std::fprintf(stderr, "coverbs: ibv_destroy_cq failed (%s); destroy its queue pairs first — the queue is leaked\n",
+                   ec.message().c_str());
+    else if (ibv_destroy_comp_channel(channel_) != 0)
+      std::fprintf(stderr, "coverbs: ibv_destroy_comp_channel failed\n");
+  }
+  cq_ = nullptr;
+  channel_ = nullptr;
+}
+
+void cq_impl::ack_events(bool all) noexcept {
+  if (unacked_ && (all || unacked_ >= options_.ack_batch)) {
+    ibv_ack_cq_events(cq_, unacked_);
+    unacked_ = 0;
+  }
+}
+
+void cq_impl::start_waiting() {
+  // Called from an initiating function: never poll here (that could run a handler inside it). The next
+  // turn of the loop arms the queue and polls it, or starts spinning.
+  waiting_ = true;
+  // Reading the clock is not free (microseconds in an emulated guest): only adaptive mode needs it.
+  if (options_.spin.count() > 0 && options_.spin != completion_queue_options::spin_forever)
+    spin_deadline_ = std::chrono::steady_clock::now() + options_.spin;
+  if (options_.spin.count() > 0)
+    boost::asio::post(executor_, [self = shared_from_this()] { self->spin_step(); });
+  else
+    boost::asio::post(executor_, [self = shared_from_this()] { self->arm_and_wait(); });
+}
+
+void cq_impl::arm_and_wait() {
+  if (closed_) return;
+  if (const int rc = ibv_req_notify_cq(cq_, 0); rc != 0)
+    std::fprintf(stderr, "coverbs: ibv_req_notify_cq failed (%s)\n", verbs_status_result(rc).message().c_str());
+  ++stats_.arms;
+  // A completion that arrived before the arming raises no event: poll again now.
+  auto keep = shared_from_this();
+  if (!drain_and_continue()) return;
+  channel_fd_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                         [self = std::move(keep)](const error_code& ec) { self->on_readable(ec); });
+}
+
+bool cq_impl::drain_and_continue() {
+  drain(true);
+  if (closed_) return false;
+  if (outstanding_ == 0) waiting_ = false;
+  return waiting_;
+}
+
+void cq_impl::on_readable(const error_code& ec) {
+  if (closed_ || ec) {
+    waiting_ = false;
+    return;
+  }
+  bool any = false;
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  while (ibv_get_cq_event(channel_, &ev_cq, &ev_ctx) == 0) {
+    ++unacked_;
+    ++stats_.events;
+    any = true;
+  }
+  if (!any) ++stats_.spurious_wakeups;
+  ack_events(false);
+  auto keep = shared_from_this();
+  if (!drain_and_continue()) return;
+  if (options_.spin.count() > 0) {
+    spin_deadline_ = std::chrono::steady_clock::now() + options_.spin;
+    boost::asio::post(executor_, [self = std::move(keep)] { self->spin_step(); });
+  } else {
+    arm_and_wait();
+  }
+}
+
+void cq_impl::spin_step() {
+  if (closed_) return;
+  auto keep = shared_from_this();
+  const std::size_t n = drain(true);
+  if (closed_) return;
+  if (outstanding_ == 0) {
+    waiting_ = false;
+    return;
+  }
+  if (options_.spin != completion_queue_options::spin_forever) {
+    const auto now = std::chrono::steady_clock::now();
+    if (n > 0) spin_deadline_ = now + options_.spin;
+    if (now >= spin_deadline_) {
+      arm_and_wait();
+      return;
+    }
+  }
+  boost::asio::post(executor_, [self = std::move(keep)] { self->spin_step(); });
+}
+
+bool cq_impl::pop(ibv_wc& wc) {
+  if (batch_pos_ == batch_len_) {
+    if (closed_) return false;
+    ++stats_.polls;
+    const int n = ibv_poll_cq(cq_, static_cast<int>(batch_.size()), batch_.data());
+    if (n <= 0) {
+      if (n < 0) std::fprintf(stderr, "coverbs: ibv_poll_cq failed (%d)\n", n);
+      batch_pos_ = batch_len_ = 0;
+      return false;
+    }
+    batch_pos_ = 0;
+    batch_len_ = n;
+  }
+  wc = batch_[static_cast<std::size_t>(batch_pos_++)];
+  return true;
+}
+
+void cq_impl::handle(const ibv_wc& wc, bool may_dispatch) {
+  --outstanding_;
+  ++stats_.completions;
+  auto* node = reinterpret_cast<wr_node*>(static_cast<std::uintptr_t>(wc.wr_id));
+  qp_on_completion(node->qp, node, wc, may_dispatch);
+}
+
+std::size_t cq_impl::drain(bool may_dispatch) {
+  // Completions are taken one at a time from a batch kept in this object, so a handler that destroys a
+  // queue pair (which drains this queue for its own flushed requests) sees the rest of the batch too.
+  std::size_t n = 0;
+  ibv_wc wc;
+  while (!closed_ && pop(wc)) {
+    handle(wc, may_dispatch);
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace detail
+
+completion_queue::completion_queue(const executor_type& ex, device& dev, const completion_queue_options& options) {
+  if (!dev) throw system_error(errno_code(EBADF), "completion_queue: the device is not open");
+  impl_ = std::make_shared<detail::cq_impl>(ex, dev.native_handle(), options);
+}
+
+completion_queue::completion_queue(completion_queue&&) noexcept = default;
+completion_queue& completion_queue::operator=(completion_queue&& other) noexcept {
+  if (this != &other) {
+    if (impl_) impl_->close();
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+completion_queue::~completion_queue() {
+  if (impl_) impl_->close();
+}
+
+completion_queue::executor_type completion_queue::get_executor() const noexcept { return impl_->executor_; }
+ibv_cq* completion_queue::native_handle() const noexcept { return impl_ ? impl_->cq_ : nullptr; }
+int completion_queue::depth() const noexcept { return impl_ ? impl_->depth_ : 0; }
+std::size_t completion_queue::outstanding() const noexcept { return impl_ ? impl_->outstanding_ : 0; }
+completion_queue_stats completion_queue::stats() const noexcept {
+  return impl_ ? impl_->stats_ : completion_queue_stats{};
+}
+std::size_t completion_queue::poll() { return impl_ ? impl_->drain(true) : 0; }
+
+}  // namespace coverbs

@@ -1,0 +1,88 @@
+#pragma once
+// Private to lib/: the state behind a completion_queue.
+
+#include <coverbs/completion_queue.hpp>
+#include <coverbs/detail/wr_node.hpp>
+
+#include <boost/asio/posix/stream_descriptor.hpp>
+
+#include <infiniband/verbs.h>
+
+#include <array>
+#include <chrono>
+#include <memory>
+
+namespace coverbs::detail {
+
+class cq_impl : public std::enable_shared_from_this<cq_impl> {
+public:
+  cq_impl(const boost::asio::any_io_executor& ex, ibv_context* context, const completion_queue_options& options);
+  ~cq_impl();
+
+  /// A work request was posted: it will produce one completion.
+  void work_started() noexcept {
+    ++outstanding_;
+    if (!waiting_) start_waiting();
+  }
+
+  /// Polls and dispatches until the queue is empty. `may_dispatch`: handlers may run inline.
+  std::size_t drain(bool may_dispatch);
+
+  /// For a queue pair being destroyed: polls (handlers only posted) until `done()` or `deadline`.
+  template <class Pred>
+  bool drain_until(Pred done, std::chrono::steady_clock::time_point deadline);
+
+  /// Reserves entries for a queue pair's queues; false when they would not fit.
+  bool reserve(std::size_t entries) noexcept {
+    if (entries > static_cast<std::size_t>(depth_) - reserved_) return false;
+    reserved_ += entries;
+    return true;
+  }
+  void unreserve(std::size_t entries) noexcept { reserved_ -= entries; }
+
+  void close() noexcept;
+
+  boost::asio::any_io_executor executor_;
+  ibv_comp_channel* channel_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+  int depth_ = 0;
+  std::size_t reserved_ = 0;
+  std::size_t outstanding_ = 0;
+  completion_queue_stats stats_;
+
+private:
+  void start_waiting();
+  void arm_and_wait();
+  void on_readable(const error_code& ec);
+  void spin_step();
+  /// Drains; false when the queue closed or nothing is outstanding any more (then it stops waiting).
+  bool drain_and_continue();
+  bool pop(ibv_wc& wc);
+  void handle(const ibv_wc& wc, bool may_dispatch);
+  void ack_events(bool all) noexcept;
+
+  boost::asio::posix::stream_descriptor channel_fd_;
+  completion_queue_options options_;
+  bool waiting_ = false;  // a readiness wait or a spin step is pending
+  bool closed_ = false;
+  unsigned unacked_ = 0;
+  std::chrono::steady_clock::time_point spin_deadline_{};
+  std::array<ibv_wc, 32> batch_{};
+  int batch_pos_ = 0, batch_len_ = 0;
+};
+
+template <class Pred>
+bool cq_impl::drain_until(Pred done, std::chrono::steady_clock::time_point deadline) {
+  while (!done()) {
+    ibv_wc wc;
+    if (pop(wc)) {
+      handle(wc, false);
+      continue;
+    }
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    ::usleep(50);
+  }
+  return true;
+}
+
+}  // namespace coverbs::detail

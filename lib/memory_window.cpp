@@ -1,0 +1,443 @@
+#include <coverbs/memory_window.hpp>
+#include <coverbs/protection_domain.hpp>
+
+#include "qp_impl.hpp"
+#include "window_internal.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+namespace coverbs {
+namespace detail {
+namespace {
+
+/// Which window has which live key, how many windows each region has bound, and each device's window
+/// types. Windows of different threads meet here, hence the mutex.
+///
+/// A window's rkey changes only in its low 8 bits (the key IBA lets the consumer choose; ibv_inc_rkey), so
+/// windows are filed once, at allocation, under (device, rkey >> 8); binds then touch no map, and the region
+/// counts keep their entries (dropped when the region is deregistered) — the data path never allocates.
+struct window_registry {
+  std::mutex mutex;
+  std::map<std::pair<const ibv_context*, std::uint32_t>, window_impl*> by_index;
+  std::unordered_map<const ibv_mr*, std::size_t> bound_per_region;
+  std::unordered_map<const ibv_context*, unsigned long long> cap_flags;
+};
+
+window_registry& registry() {
+  static window_registry r;
+  return r;
+}
+
+constexpr auto relaxed = std::memory_order_relaxed;
+
+std::pair<const ibv_context*, std::uint32_t> index_of(const ibv_mw* mw) noexcept {
+  return {mw->context, mw->rkey >> 8};
+}
+
+void file_window(window_impl* w) {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.by_index[index_of(w->mw)] = w;
+}
+
+void unfile_window(window_impl* w) noexcept {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.by_index.find(index_of(w->mw));
+  if (it != r.by_index.end() && it->second == w) r.by_index.erase(it);
+}
+
+/// The window whose live key is `rkey`, if coverbs knows one.
+window_impl* find_bound(const ibv_context* context, std::uint32_t rkey) noexcept {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.by_index.find({context, rkey >> 8});
+  if (it == r.by_index.end()) return nullptr;
+  window_impl* w = it->second;
+  return w->state == window_state::bound && w->key.rkey == rkey ? w : nullptr;
+}
+
+/// Records `w`'s current binding (w->key, w->mr) as live.
+void record_bound(window_impl* w) {
+  auto& r = registry();
+  {
+    std::lock_guard lock(r.mutex);
+    ++r.bound_per_region[w->mr];
+  }
+  counters().windows_bound.fetch_add(1, relaxed);
+}
+
+/// Forgets `w`'s current binding (the key is dead) and marks the window unbound.
+void record_unbound(window_impl* w) {
+  if (w->mr) {
+    auto& r = registry();
+    {
+      std::lock_guard lock(r.mutex);
+      auto rit = r.bound_per_region.find(w->mr);
+      if (rit != r.bound_per_region.end() && rit->second > 0) --rit->second;
+    }
+    counters().windows_bound.fetch_sub(1, relaxed);
+  }
+  w->key = {};
+  w->rights = access::none;
+  w->mr = nullptr;
+  w->state = window_state::unbound;
+}
+
+ibv_mw_type verbs_type(window_type t) noexcept { return t == window_type::type1 ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2; }
+
+void dealloc(window_impl* w) noexcept {
+  if (!w->mw) return;
+  unfile_window(w);
+  if (const error_code ec = verbs_status_result(ibv_dealloc_mw(w->mw)))
+    std::fprintf(stderr, "coverbs: ibv_dealloc_mw failed (%s); the window is leaked\n", ec.message().c_str());
+  w->mw = nullptr;
+  counters().windows_allocated.fetch_sub(1, relaxed);
+}
+
+/// Kills the window's key for sure: deallocates it and allocates a fresh one (empty if that fails).
+void replace(window_impl* w) noexcept {
+  if (w->state == window_state::bound || w->mr) record_unbound(w);
+  w->state = window_state::unbound;
+  dealloc(w);
+  counters().windows_replaced.fetch_add(1, relaxed);
+  if (w->orphaned) return;
+  w->mw = ibv_alloc_mw(w->pd, verbs_type(w->type));
+  if (w->mw) {
+    counters().windows_allocated.fetch_add(1, relaxed);
+    try {
+      file_window(w);
+    } catch (...) {  // out of memory: the window works, only lookups by rkey will not find it
+    }
+  } else
+    std::fprintf(stderr, "coverbs: ibv_alloc_mw failed while replacing a window; the window is now empty\n");
+}
+
+void destroy_now(window_impl* w) noexcept {
+  if (w->state == window_state::bound) record_unbound(w);
+  dealloc(w);
+  delete w;
+}
+
+/// Runs after the last completion (or a failure before posting): settles the window's state.
+void finish(window_impl* w) noexcept {
+  if (w->orphaned) destroy_now(w);
+}
+
+/// A marker error: "nothing to post, complete with success" (an unbound window's invalidation).
+const error_code& nothing_to_do() {
+  static const error_code ec(0x7fff, coverbs_category());
+  return ec;
+}
+
+void on_nothing_to_do(wr_node* n, error_code& ec) {
+  if (ec == nothing_to_do()) ec = {};
+  finish(static_cast<window_impl*>(n->context));
+}
+
+int post_type1_bind(ibv_qp* qp, wr_node* n) {
+  auto* w = static_cast<window_impl*>(n->context);
+  ibv_mw_bind bind{};
+  bind.wr_id = n->wr.send.wr_id;
+  bind.send_flags = IBV_SEND_SIGNALED;
+  bind.bind_info = n->wr.send.bind_mw.bind_info;
+  const int rc = ibv_bind_mw(qp, w->mw, &bind);  // the provider moves mw->rkey to the next key
+  if (rc == 0) n->key.rkey = w->mw->rkey;
+  return rc;
+}
+
+void on_bind_complete(wr_node* n, error_code& ec) {
+  auto* w = static_cast<window_impl*>(n->context);
+  if (!ec) {
+    if (w->prev_state == window_state::bound) record_unbound(w);   // type 1 rebind or chain: the old key is dead
+    if (w->type != window_type::type1) w->mw->rkey = n->key.rkey;  // libibverbs does not (rxe needs it)
+    w->key = n->key;
+    w->rights = w->pending_rights;
+    w->mr = w->pending_mr;
+    w->state = window_state::bound;
+    record_bound(w);
+    counters().binds.fetch_add(1, relaxed);
+  } else {
+    counters().binds_failed.fetch_add(1, relaxed);
+    if (w->pending_chain) {
+      replace(w);  // the invalidation may or may not have run: make sure the old key is dead
+    } else {
+      if (w->type == window_type::type1) w->mw->rkey = w->prev_rkey;  // the provider advanced it at post time
+      w->state = w->prev_state;
+    }
+  }
+  finish(w);
+}
+
+void on_invalidate_complete(wr_node* n, error_code& ec) {
+  auto* w = static_cast<window_impl*>(n->context);
+  if (!ec)
+    record_unbound(w);
+  else
+    replace(w);  // not retired by the device (flushed, cancelled, failed): deallocation kills the key
+  counters().invalidations.fetch_add(1, relaxed);
+  finish(w);
+}
+
+error_code check_window(queue_pair_impl* q, window_impl* w) {
+  if (!w || !w->mw) return errno_code(EBADF);
+  if (w->state == window_state::binding || w->state == window_state::invalidating) return errc::window_busy;
+  if (q->qp_->pd != w->pd) return errc::pd_mismatch;
+  return {};
+}
+
+}  // namespace
+
+window_counter_cells& counters() noexcept {
+  static window_counter_cells c;
+  return c;
+}
+
+std::size_t windows_bound_to(const ibv_mr* mr) noexcept {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.bound_per_region.find(mr);
+  return it == r.bound_per_region.end() ? 0 : it->second;
+}
+
+void forget_region(const ibv_mr* mr) noexcept {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.bound_per_region.erase(mr);
+}
+
+void note_remote_invalidation(ibv_context* context, std::uint32_t rkey) noexcept {
+  window_impl* w = find_bound(context, rkey);
+  if (!w) return;
+  record_unbound(w);
+  counters().remote_invalidations.fetch_add(1, relaxed);
+  if (w->on_remote_invalidation) w->on_remote_invalidation(w->hook_context);
+}
+
+void window_impl_deleter::operator()(window_impl* w) const noexcept {
+  if (!w) return;
+  if (w->state == window_state::binding || w->state == window_state::invalidating) {
+    w->orphaned = true;  // the operation's completion deallocates it
+    w->on_remote_invalidation = nullptr;
+    return;
+  }
+  destroy_now(w);
+}
+
+error_code validate_bind(const bind_check& c, std::size_t& length) noexcept {
+  length = 0;
+  if (c.window_pd != c.qp_pd || c.region_pd != c.window_pd) return errc::pd_mismatch;
+  constexpr access window_rights = access::remote_read | access::remote_write | access::remote_atomic;
+  if ((c.rights & ~window_rights) != access::none) return errc::window_access_invalid;
+  if (!has(c.region_rights, access::mw_bind)) return errc::region_lacks_mw_bind;
+  if ((has(c.rights, access::remote_write) || has(c.rights, access::remote_atomic)) &&
+      !has(c.region_rights, access::local_write))
+    return errc::window_needs_local_write;
+  if (!has(c.region_rights, c.rights)) return errc::access_exceeds_region;
+  if (c.range.offset > c.region_length) return errc::range_outside_region;
+  const std::size_t len = c.range.length == window_range::all ? c.region_length - c.range.offset : c.range.length;
+  if (len > c.region_length - c.range.offset) return errc::range_outside_region;
+  if (len == 0) return errc::zero_length_window;
+  if (c.type != window_type::type1 && c.state == window_state::bound && !c.rebind) return errc::window_still_bound;
+  length = len;
+  return {};
+}
+
+error_code prepare_bind(queue_pair_impl* q, wr_node& n, window_impl* w, ibv_mr* mr, access region_rights,
+                        window_range range, access rights, bool rebind) {
+  error_code ec = mr ? check_window(q, w) : errno_code(EBADF);
+  std::size_t length = 0;
+  if (!ec) {
+    bind_check c;
+    c.type = w->type;
+    c.state = w->state;
+    c.window_pd = w->pd;
+    c.qp_pd = q->qp_->pd;
+    c.region_pd = mr->pd;
+    c.region_rights = region_rights;
+    c.region_length = mr->length;
+    c.range = range;
+    c.rights = rights;
+    c.rebind = rebind;
+    ec = validate_bind(c, length);
+  }
+  if (ec) {
+    counters().binds_failed.fetch_add(1, relaxed);
+    return ec;
+  }
+  const std::uint64_t addr = reinterpret_cast<std::uintptr_t>(mr->addr) + range.offset;
+  const bool chain = w->type != window_type::type1 && w->state == window_state::bound;
+  const auto wr_id = reinterpret_cast<std::uintptr_t>(&n);
+  ibv_send_wr& bind = chain ? n.chain[0] : n.wr.send;
+  bind.wr_id = wr_id;
+  bind.opcode = IBV_WR_BIND_MW;
+  bind.send_flags = IBV_SEND_SIGNALED;
+  bind.bind_mw.mw = w->mw;
+  bind.bind_mw.bind_info.mr = mr;
+  bind.bind_mw.bind_info.addr = addr;
+  bind.bind_mw.bind_info.length = length;
+  bind.bind_mw.bind_info.mw_access_flags = static_cast<unsigned>(to_verbs(rights));
+  n.key = {addr, length, 0};
+  if (w->type == window_type::type1) {
+    n.post = &post_type1_bind;
+  } else {
+    bind.bind_mw.rkey = n.key.rkey = ibv_inc_rkey(w->mw->rkey);
+    if (chain) {
+      ibv_send_wr& inv = n.wr.send;
+      inv.wr_id = wr_id;
+      inv.opcode = IBV_WR_LOCAL_INV;
+      inv.send_flags = IBV_SEND_SIGNALED;
+      inv.invalidate_rkey = w->key.rkey;
+      inv.next = &n.chain[0];
+      n.credits = 2;
+    }
+  }
+  w->prev_state = w->state;
+  w->prev_rkey = w->mw->rkey;
+  w->pending_mr = mr;
+  w->pending_rights = rights;
+  w->pending_chain = chain;
+  w->state = window_state::binding;
+  n.context = w;
+  n.on_complete = &on_bind_complete;
+  return {};
+}
+
+error_code prepare_invalidate(queue_pair_impl* q, wr_node& n, window_impl* w) {
+  if (error_code ec = check_window(q, w)) return ec;
+  n.context = w;
+  if (w->state == window_state::unbound) {
+    n.on_complete = &on_nothing_to_do;
+    return nothing_to_do();
+  }
+  n.wr.send.wr_id = reinterpret_cast<std::uintptr_t>(&n);
+  n.wr.send.send_flags = IBV_SEND_SIGNALED;
+  if (w->type == window_type::type1) {
+    // A zero-length bind: the window gets a new key that grants nothing. The provider still reads the
+    // region's lkey, so name the region of the current binding.
+    n.wr.send.opcode = IBV_WR_BIND_MW;
+    n.wr.send.bind_mw.bind_info.mr = w->mr;
+    n.post = &post_type1_bind;
+  } else {
+    n.wr.send.opcode = IBV_WR_LOCAL_INV;
+    n.wr.send.invalidate_rkey = w->key.rkey;
+  }
+  w->state = window_state::invalidating;
+  n.on_complete = &on_invalidate_complete;
+  return {};
+}
+
+error_code prepare_invalidate_rkey(queue_pair_impl* q, wr_node& n, std::uint32_t rkey) {
+  window_impl* w = find_bound(q->qp_->context, rkey);
+  if (!w) return errc::rkey_not_a_window;
+  return prepare_invalidate(q, n, w);
+}
+
+namespace {
+
+bool device_has(ibv_context* context, window_type type, error_code& ec) {
+  auto& r = registry();
+  unsigned long long flags = 0;
+  {
+    std::lock_guard lock(r.mutex);
+    auto it = r.cap_flags.find(context);
+    if (it != r.cap_flags.end()) flags = it->second;
+  }
+  if (!flags) {
+    ibv_device_attr attr{};
+    ec = verbs_status_result(ibv_query_device(context, &attr));
+    if (ec) return false;
+    flags = attr.device_cap_flags | (1ull << 63);  // the top bit marks "queried"
+    std::lock_guard lock(r.mutex);
+    r.cap_flags[context] = flags;
+  }
+  switch (type) {
+  case window_type::type1: return flags & IBV_DEVICE_MEM_WINDOW;
+  case window_type::type2: return flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B);
+  case window_type::type2a: return flags & IBV_DEVICE_MEM_WINDOW_TYPE_2A;
+  case window_type::type2b: return flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+  }
+  return false;
+}
+
+}  // namespace
+}  // namespace detail
+
+window_counters window_statistics() noexcept {
+  const auto& c = detail::counters();
+  window_counters s;
+  s.windows_allocated = c.windows_allocated.load(detail::relaxed);
+  s.windows_bound = c.windows_bound.load(detail::relaxed);
+  s.binds = c.binds.load(detail::relaxed);
+  s.binds_failed = c.binds_failed.load(detail::relaxed);
+  s.invalidations = c.invalidations.load(detail::relaxed);
+  s.remote_invalidations = c.remote_invalidations.load(detail::relaxed);
+  s.windows_replaced = c.windows_replaced.load(detail::relaxed);
+  s.leases_granted = c.leases_granted.load(detail::relaxed);
+  s.leases_expired = c.leases_expired.load(detail::relaxed);
+  s.leases_revoked = c.leases_revoked.load(detail::relaxed);
+  return s;
+}
+
+memory_window::memory_window(protection_domain& pd, window_type type, error_code& ec) noexcept {
+  ec = {};
+  if (!pd) {
+    ec = errno_code(EBADF);
+    return;
+  }
+  if (!detail::device_has(pd.context(), type, ec)) {
+    if (!ec) ec = errc::mw_type_unsupported;
+    return;
+  }
+  const window_type kind = type == window_type::type1 ? window_type::type1 : window_type::type2;
+  ibv_mw* mw = ibv_alloc_mw(pd.native_handle(), detail::verbs_type(kind));
+  ec = verbs_null_result(mw);
+  if (ec) return;
+  auto* w = new (std::nothrow) detail::window_impl;
+  if (!w) {
+    ibv_dealloc_mw(mw);
+    ec = errno_code(ENOMEM);
+    return;
+  }
+  w->mw = mw;
+  w->pd = pd.native_handle();
+  w->type = kind;
+  detail::counters().windows_allocated.fetch_add(1, detail::relaxed);
+  impl_.reset(w);
+  try {
+    detail::file_window(w);
+  } catch (const std::bad_alloc&) {
+    impl_.reset();
+    ec = errno_code(ENOMEM);
+  }
+}
+
+memory_window::memory_window(protection_domain& pd, window_type type) {
+  error_code ec;
+  *this = memory_window(pd, type, ec);
+  if (ec) {
+    static const char* const names[] = {"type 1", "type 2", "type 2A", "type 2B"};
+    throw system_error(ec, std::string("ibv_alloc_mw(") + names[static_cast<int>(type)] + ")");
+  }
+}
+
+window_type memory_window::type() const noexcept { return impl_ ? impl_->type : window_type::type2; }
+window_state memory_window::state() const noexcept { return impl_ ? impl_->state : window_state::unbound; }
+remote_key memory_window::key() const noexcept { return impl_ ? impl_->key : remote_key{}; }
+access memory_window::rights() const noexcept { return impl_ ? impl_->rights : access::none; }
+std::uint32_t memory_window::rkey() const noexcept { return impl_ && impl_->mw ? impl_->mw->rkey : 0; }
+ibv_pd* memory_window::pd() const noexcept { return impl_ ? impl_->pd : nullptr; }
+ibv_mw* memory_window::native_handle() const noexcept { return impl_ ? impl_->mw : nullptr; }
+
+bool memory_window::note_remote_invalidation(std::uint32_t rkey) noexcept {
+  if (!impl_ || !impl_->mw || impl_->state != window_state::bound || impl_->key.rkey != rkey) return false;
+  detail::note_remote_invalidation(impl_->mw->context, rkey);
+  return true;
+}
+
+}  // namespace coverbs

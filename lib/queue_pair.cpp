@@ -1,0 +1,463 @@
+#include <coverbs/protection_domain.hpp>
+#include <coverbs/queue_pair.hpp>
+
+#include "cq_impl.hpp"
+#include "device_internal.hpp"
+#include "qp_impl.hpp"
+#include "window_internal.hpp"
+
+#include <boost/asio/error.hpp>
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+namespace coverbs {
+namespace detail {
+
+// --- node_fifo ---
+
+void node_fifo::push(wr_node* n) noexcept {
+  n->next = nullptr;
+  if (tail)
+    tail->next = n;
+  else
+    head = n;
+  tail = n;
+  ++size;
+}
+
+wr_node* node_fifo::pop() noexcept {
+  wr_node* n = head;
+  if (!n) return nullptr;
+  head = n->next;
+  if (!head) tail = nullptr;
+  n->next = nullptr;
+  --size;
+  return n;
+}
+
+bool node_fifo::remove(wr_node* n) noexcept {
+  wr_node* prev = nullptr;
+  for (wr_node* p = head; p; prev = p, p = p->next) {
+    if (p != n) continue;
+    (prev ? prev->next : head) = p->next;
+    if (tail == p) tail = prev;
+    p->next = nullptr;
+    --size;
+    return true;
+  }
+  return false;
+}
+
+// --- results ---
+
+std::size_t result_length(const wr_node& n) noexcept { return n.sge.length; }
+
+namespace {
+/// Whether a receive consumed a send-with-invalidate. rxe (Linux 6.1) writes the kernel's IB_WC_WITH_INVALIDATE
+/// (bit 2) into its user-mapped completion queue, where libibverbs' IBV_WC_WITH_INV is bit 3 and bit 2 means
+/// IBV_WC_IP_CSUM_OK — which no provider reports for an RC receive. Read both as invalidation.
+bool received_invalidation(const ibv_wc& wc) noexcept {
+  if (wc.wc_flags & IBV_WC_WITH_INV) return true;
+  return wc.opcode == IBV_WC_RECV && (wc.wc_flags & IBV_WC_IP_CSUM_OK) && !(wc.wc_flags & IBV_WC_WITH_IMM);
+}
+}  // namespace
+
+received result_received(const ibv_wc* wc) noexcept {
+  received r;
+  if (!wc) return r;
+  r.bytes = wc->byte_len;
+  if (wc->wc_flags & IBV_WC_WITH_IMM) r.imm = ntohl(wc->imm_data);
+  if (received_invalidation(*wc)) r.invalidated_rkey = wc->invalidated_rkey;
+  r.rdma_with_imm = wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM;
+  return r;
+}
+
+std::uint64_t result_atomic(const wr_node& n) noexcept {
+  std::uint64_t v = 0;
+  if (n.atomic_result) std::memcpy(&v, n.atomic_result, sizeof v);
+  return v;
+}
+
+void cancel_node(wr_node* node, boost::asio::cancellation_type type) noexcept { node->qp->cancel(node, type); }
+
+void qp_on_completion(queue_pair_impl* qp, wr_node* node, const ibv_wc& wc, bool may_dispatch) {
+  qp->on_completion(node, wc, may_dispatch);
+}
+
+void qp_start(queue_pair_impl* qp, wr_node* node, error_code ec) { qp->start(node, ec); }
+
+// --- preparing work requests (validation happens here, before anything is posted) ---
+
+namespace {
+
+constexpr std::size_t max_message = std::size_t{1} << 31;
+
+/// The signaled send-queue work request of a node over one buffer (inline when small and allowed).
+ibv_send_wr& fill_send(queue_pair_impl* qp, wr_node& n, const registered_span& buf, ibv_wr_opcode op) {
+  n.sge = buf.to_sge();
+  ibv_send_wr& wr = n.wr.send;
+  wr.wr_id = reinterpret_cast<std::uintptr_t>(&n);
+  wr.sg_list = &n.sge;
+  wr.num_sge = buf.size() ? 1 : 0;
+  wr.opcode = op;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  const bool carries_data = op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV ||
+                           op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+  if (carries_data && buf.size() && buf.size() <= qp->max_inline_) wr.send_flags |= IBV_SEND_INLINE;
+  return wr;
+}
+
+}  // namespace
+
+error_code prepare_send(queue_pair_impl* qp, wr_node& n, const registered_span& buf, ibv_wr_opcode op,
+                        std::uint32_t imm_or_rkey) {
+  if (buf.size() > max_message) return errc::message_too_long;
+  ibv_send_wr& wr = fill_send(qp, n, buf, op);
+  if (op == IBV_WR_SEND_WITH_IMM) wr.imm_data = htonl(imm_or_rkey);
+  if (op == IBV_WR_SEND_WITH_INV) wr.invalidate_rkey = imm_or_rkey;
+  return {};
+}
+
+error_code prepare_recv(queue_pair_impl*, wr_node& n, const registered_span& buf) {
+  if (buf.size() > max_message) return errc::message_too_long;
+  n.is_recv = true;
+  n.sge = buf.to_sge();
+  ibv_recv_wr& wr = n.wr.recv;
+  wr = ibv_recv_wr{};
+  wr.wr_id = reinterpret_cast<std::uintptr_t>(&n);
+  wr.sg_list = &n.sge;
+  wr.num_sge = buf.size() ? 1 : 0;
+  return {};
+}
+
+error_code prepare_rdma(queue_pair_impl* qp, wr_node& n, const registered_span& local, const remote_key& remote,
+                        ibv_wr_opcode op, std::uint32_t imm) {
+  if (local.size() > max_message) return errc::message_too_long;
+  if (remote.length < local.size()) return errc::remote_range_too_small;
+  ibv_send_wr& wr = fill_send(qp, n, local, op);
+  if (op == IBV_WR_RDMA_WRITE_WITH_IMM) wr.imm_data = htonl(imm);
+  wr.wr.rdma.remote_addr = remote.addr;
+  wr.wr.rdma.rkey = remote.rkey;
+  return {};
+}
+
+error_code prepare_atomic(queue_pair_impl* qp, wr_node& n, const registered_span& result, const remote_key& remote,
+                          ibv_wr_opcode op, std::uint64_t compare_add, std::uint64_t swap) {
+  if (!qp->atomics_) return errc::atomics_unsupported;
+  if (result.size() < 8) return errc::buffer_too_small;
+  if (remote.addr % 8 != 0) return errc::misaligned_atomic;
+  if (remote.length < 8) return errc::remote_range_too_small;
+  n.atomic_result = reinterpret_cast<std::uint64_t*>(result.data());
+  ibv_send_wr& wr = fill_send(qp, n, result.subspan(0, 8), op);
+  wr.wr.atomic.remote_addr = remote.addr;
+  wr.wr.atomic.rkey = remote.rkey;
+  wr.wr.atomic.compare_add = compare_add;
+  wr.wr.atomic.swap = swap;
+  return {};
+}
+
+// --- queue_pair_impl ---
+
+queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq, const queue_pair_options& options)
+    : send_cq_(&send_cq), recv_cq_(&recv_cq), options_(options) {
+  if (send_cq.executor_ != recv_cq.executor_)
+    throw system_error(errno_code(EINVAL), "queue_pair: the send and receive completion queues must share an executor");
+  const bool same = &send_cq == &recv_cq;
+  const std::size_t need_send = options.max_send_wr, need_recv = options.max_recv_wr;
+  if (same ? !send_cq.reserve(need_send + need_recv) : !send_cq.reserve(need_send))
+    throw system_error(make_error_code(errc::cq_overcommitted),
+                       "queue_pair(max_send_wr=" + std::to_string(need_send) +
+                           ", max_recv_wr=" + std::to_string(need_recv) + ") on a completion queue of depth " +
+                           std::to_string(send_cq.depth_) + " with " + std::to_string(send_cq.reserved_) +
+                           " entries already reserved");
+  if (!same && !recv_cq.reserve(need_recv)) {
+    send_cq.unreserve(need_send);
+    throw system_error(make_error_code(errc::cq_overcommitted),
+                       "queue_pair(max_recv_wr=" + std::to_string(need_recv) + ") on the receive completion queue");
+  }
+  auto unreserve = [&] {
+    if (same)
+      send_cq.unreserve(need_send + need_recv);
+    else {
+      send_cq.unreserve(need_send);
+      recv_cq.unreserve(need_recv);
+    }
+  };
+  try {
+    ibv_context* context = pd->context;
+    ibv_device_attr attr{};
+    throw_on_error(verbs_status_result(ibv_query_device(context, &attr)), "ibv_query_device");
+    atomics_ = attr.atomic_cap != IBV_ATOMIC_NONE;
+    if (!options_.max_rd_atomic)
+      options_.max_rd_atomic = static_cast<std::uint8_t>(std::min(attr.max_qp_init_rd_atom, 16));
+    if (!options_.max_dest_rd_atomic)
+      options_.max_dest_rd_atomic = static_cast<std::uint8_t>(std::min(attr.max_qp_rd_atom, 16));
+    port_ = query_port(context, options.port);
+    if (options.gid_index >= 0) {
+      const auto gids = query_gids(context, options.port);
+      auto it = std::find_if(gids.begin(), gids.end(),
+                             [&](const gid_entry& g) { return g.index == unsigned(options.gid_index); });
+      if (it == gids.end())
+        throw system_error(make_error_code(errc::no_usable_gid),
+                           "queue_pair: gid_index " + std::to_string(options.gid_index));
+      gid_ = *it;
+    } else {
+      gid_ = default_gid(context, options.port);
+    }
+
+    ibv_qp_init_attr init{};
+    init.send_cq = send_cq.cq_;
+    init.recv_cq = recv_cq.cq_;
+    init.qp_type = IBV_QPT_RC;
+    init.sq_sig_all = 0;
+    init.cap.max_send_wr = options.max_send_wr;
+    init.cap.max_recv_wr = options.max_recv_wr;
+    init.cap.max_send_sge = options.max_send_sge;
+    init.cap.max_recv_sge = options.max_recv_sge;
+    init.cap.max_inline_data = options.max_inline_data;
+    qp_ = ibv_create_qp(pd, &init);
+    throw_on_error(verbs_null_result(qp_), "ibv_create_qp(RC, max_send_wr=" + std::to_string(options.max_send_wr) +
+                                               ", max_recv_wr=" + std::to_string(options.max_recv_wr) +
+                                               ", max_inline_data=" + std::to_string(options.max_inline_data) + ")");
+    // The provider may grant more than asked; credits follow what we asked for (the CQ reservation).
+    sq_.credits = std::min(init.cap.max_send_wr, options.max_send_wr);
+    rq_.credits = std::min(init.cap.max_recv_wr, options.max_recv_wr);
+    max_inline_ = init.cap.max_inline_data;
+    std::random_device rd;
+    psn_ = rd() & 0xffffff;
+  } catch (...) {
+    unreserve();
+    throw;
+  }
+}
+
+queue_pair_impl::~queue_pair_impl() {
+  if (!qp_) return;
+  if (sq_.outstanding || rq_.outstanding) {
+    // Flush what is outstanding and wait for the device to retire it: a completion naming a freed
+    // operation must never reach the queue.
+    to_error(boost::asio::error::operation_aborted);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    bool done = send_cq_->drain_until([&] { return sq_.outstanding == 0; }, deadline) &&
+                recv_cq_->drain_until([&] { return rq_.outstanding == 0; }, deadline);
+    if (!done) {
+      std::fprintf(stderr,
+                   "coverbs: queue pair %u: %zu send and %zu receive requests not flushed within 5 s; "
+                   "the queue pair and their operations are leaked\n",
+                   qp_->qp_num, sq_.outstanding, rq_.outstanding);
+      return;
+    }
+  }
+  flush_waiting(sq_);
+  flush_waiting(rq_);
+  if (const error_code ec = verbs_status_result(ibv_destroy_qp(qp_)))
+    std::fprintf(stderr, "coverbs: ibv_destroy_qp failed (%s)\n", ec.message().c_str());
+  if (send_cq_ == recv_cq_)
+    send_cq_->unreserve(options_.max_send_wr + options_.max_recv_wr);
+  else {
+    send_cq_->unreserve(options_.max_send_wr);
+    recv_cq_->unreserve(options_.max_recv_wr);
+  }
+}
+
+void queue_pair_impl::fail(wr_node* n, error_code ec) {
+  if (n->on_complete) n->on_complete(n, ec);
+  n->complete(n, ec, nullptr, false);
+}
+
+void queue_pair_impl::start(wr_node* n, error_code ec) {
+  if (ec) return fail(n, ec);
+  if (in_error_) return fail(n, make_error_code(wc_errc::wr_flush_err));
+  work_queue& q = queue_of(n);
+  if (!q.waiting.empty() || q.credits < n->credits) {
+    n->state = node_state::waiting_credit;
+    q.waiting.push(n);
+    return;
+  }
+  post_now(n);
+}
+
+void queue_pair_impl::post_now(wr_node* n) {
+  work_queue& q = queue_of(n);
+  q.credits -= n->credits;
+  n->pending = n->credits;
+  int rc;
+  if (n->post) {
+    rc = n->post(qp_, n);
+  } else if (n->is_recv) {
+    ibv_recv_wr* bad = nullptr;
+    rc = ibv_post_recv(qp_, &n->wr.recv, &bad);
+  } else {
+    ibv_send_wr* bad = nullptr;
+    rc = ibv_post_send(qp_, &n->wr.send, &bad);
+  }
+  if (rc != 0) {
+    q.credits += n->credits;
+    return fail(n, verbs_status_result(rc));
+  }
+  n->state = node_state::posted;
+  q.outstanding += n->credits;
+  cq_impl* cq = n->is_recv ? recv_cq_ : send_cq_;
+  for (std::uint32_t i = 0; i < n->credits; ++i)
+    cq->work_started();
+}
+
+void queue_pair_impl::pump(work_queue& q) {
+  while (!q.waiting.empty() && q.credits >= q.waiting.head->credits)
+    post_now(q.waiting.pop());
+}
+
+void queue_pair_impl::flush_waiting(work_queue& q) {
+  while (wr_node* n = q.waiting.pop())
+    fail(n, make_error_code(wc_errc::wr_flush_err));
+}
+
+void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, bool may_dispatch) {
+  work_queue& q = queue_of(n);
+  ++q.credits;
+  --q.outstanding;
+  const error_code status = make_error_code(wc.status);
+  if (status && !in_error_) {
+    in_error_ = true;
+    error_ = status;
+    flush_waiting(sq_);
+    flush_waiting(rq_);
+  }
+  if (status && !n->first_error) n->first_error = status;
+  // A peer's send-with-invalidate killed one of our windows' keys: record it before any handler runs.
+  if (n->is_recv && !status && received_invalidation(wc)) note_remote_invalidation(qp_->context, wc.invalidated_rkey);
+  pump(q);
+  if (--n->pending > 0) return;  // more of the chain to come
+  error_code ec = n->first_error;
+  if (ec && n->cancelled) ec = boost::asio::error::operation_aborted;
+  if (n->on_complete) n->on_complete(n, ec);
+  n->state = node_state::done;
+  n->complete(n, ec, &wc, may_dispatch);
+}
+
+void queue_pair_impl::cancel(wr_node* n, boost::asio::cancellation_type type) {
+  using ct = boost::asio::cancellation_type;
+  if (n->state == node_state::waiting_credit) {
+    if ((type & (ct::terminal | ct::partial | ct::total)) == ct::none) return;
+    if (queue_of(n).waiting.remove(n)) fail(n, boost::asio::error::operation_aborted);
+    return;
+  }
+  if (n->state == node_state::posted && (type & ct::terminal) != ct::none) {
+    n->cancelled = true;
+    to_error(boost::asio::error::operation_aborted);
+  }
+}
+
+void queue_pair_impl::to_error(const error_code& why) {
+  if (!in_error_) {
+    in_error_ = true;
+    error_ = why;
+  }
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  if (const error_code ec = verbs_status_result(ibv_modify_qp(qp_, &attr, IBV_QP_STATE)))
+    std::fprintf(stderr, "coverbs: moving queue pair %u to the error state failed (%s)\n", qp_->qp_num,
+                 ec.message().c_str());
+  flush_waiting(sq_);
+  flush_waiting(rq_);
+}
+
+}  // namespace detail
+
+// --- queue_pair ---
+
+queue_pair::queue_pair(protection_domain& pd, completion_queue& cq, const queue_pair_options& options)
+    : queue_pair(pd, cq, cq, options) {}
+
+queue_pair::queue_pair(protection_domain& pd, completion_queue& send_cq, completion_queue& recv_cq,
+                       const queue_pair_options& options) {
+  if (!pd) throw system_error(errno_code(EBADF), "queue_pair: the protection domain is not open");
+  impl_ = std::make_unique<detail::queue_pair_impl>(pd.native_handle(), send_cq.impl(), recv_cq.impl(), options);
+}
+
+queue_pair::queue_pair(queue_pair&&) noexcept = default;
+queue_pair& queue_pair::operator=(queue_pair&&) noexcept = default;
+queue_pair::~queue_pair() = default;
+
+queue_pair::executor_type queue_pair::get_executor() const noexcept { return impl_->send_cq_->executor_; }
+ibv_qp* queue_pair::native_handle() const noexcept { return impl_ ? impl_->qp_ : nullptr; }
+std::uint32_t queue_pair::qp_num() const noexcept { return impl_ ? impl_->qp_->qp_num : 0; }
+error_code queue_pair::error() const noexcept { return impl_ ? impl_->error_ : error_code{}; }
+std::size_t queue_pair::sends_outstanding() const noexcept { return impl_ ? impl_->sq_.outstanding : 0; }
+std::size_t queue_pair::sends_waiting() const noexcept { return impl_ ? impl_->sq_.waiting.size : 0; }
+std::uint32_t queue_pair::max_inline_data() const noexcept { return impl_ ? impl_->max_inline_ : 0; }
+
+queue_pair_address queue_pair::local_address() const {
+  queue_pair_address a;
+  a.qp_num = impl_->qp_->qp_num;
+  a.psn = impl_->psn_;
+  a.gid_value = impl_->gid_.value;
+  a.lid = impl_->port_.lid;
+  return a;
+}
+
+ibv_qp_state queue_pair::state() const {
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  throw_on_error(verbs_status_result(ibv_query_qp(impl_->qp_, &attr, IBV_QP_STATE, &init)), "ibv_query_qp");
+  return attr.qp_state;
+}
+
+void queue_pair::connect(const queue_pair_address& remote) {
+  detail::queue_pair_impl& q = *impl_;
+  const queue_pair_options& o = q.options_;
+  auto modify = [&](ibv_qp_attr& attr, int mask, const char* transition) {
+    throw_on_error(verbs_status_result(ibv_modify_qp(q.qp_, &attr, mask)),
+                   std::string("ibv_modify_qp(") + transition + ", qp " + std::to_string(q.qp_->qp_num) + ")");
+  };
+  ibv_qp_attr init{};
+  init.qp_state = IBV_QPS_INIT;
+  init.pkey_index = 0;
+  init.port_num = o.port;
+  init.qp_access_flags = static_cast<unsigned>(to_verbs(o.remote_access));
+  modify(init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, "RESET->INIT");
+
+  ibv_qp_attr rtr{};
+  rtr.qp_state = IBV_QPS_RTR;
+  rtr.path_mtu = std::min(o.path_mtu, q.port_.active_mtu);
+  rtr.dest_qp_num = remote.qp_num;
+  rtr.rq_psn = remote.psn;
+  rtr.max_dest_rd_atomic = o.max_dest_rd_atomic;
+  rtr.min_rnr_timer = o.min_rnr_timer;
+  rtr.ah_attr.port_num = o.port;
+  rtr.ah_attr.dlid = remote.lid;
+  if (q.port_.is_ethernet() || !remote.gid_value.is_zero()) {
+    rtr.ah_attr.is_global = 1;
+    rtr.ah_attr.grh.dgid = remote.gid_value.to_verbs();
+    rtr.ah_attr.grh.sgid_index = static_cast<std::uint8_t>(q.gid_.index);
+    rtr.ah_attr.grh.hop_limit = 64;
+  }
+  modify(rtr,
+         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+             IBV_QP_MIN_RNR_TIMER,
+         "INIT->RTR");
+
+  ibv_qp_attr rts{};
+  rts.qp_state = IBV_QPS_RTS;
+  rts.timeout = o.timeout;
+  rts.retry_cnt = o.retry_cnt;
+  rts.rnr_retry = o.rnr_retry;
+  rts.sq_psn = q.psn_;
+  rts.max_rd_atomic = o.max_rd_atomic;
+  modify(rts,
+         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC,
+         "RTR->RTS");
+}
+
+void connect_pair(queue_pair& a, queue_pair& b) {
+  a.connect(b.local_address());
+  b.connect(a.local_address());
+}
+
+}  // namespace coverbs

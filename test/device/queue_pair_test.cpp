@@ -1,0 +1,438 @@
+// The RC data path on a real device (rxe0 in the Soft-RoCE guest): every operation, errors, flushes,
+// credits, cancellation, executors, and composition with other Asio I/O.
+#include <coverbs/queue_pair.hpp>
+
+#include "../support/rc_pair.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+#include <cstring>
+#include <thread>
+
+namespace asio = boost::asio;
+namespace cv = coverbs;
+using asio::awaitable;
+using asio::use_awaitable;
+using namespace boost::asio::experimental::awaitable_operators;
+using test::completion;
+using test::rc_pair;
+using test::test_buffer;
+
+TEST_CASE("send and receive deliver the bytes, with and without immediate data", "[qp][send]") {
+  rc_pair p;
+  test_buffer out(p.pd, 4096), in(p.pd, 4096);
+  out.fill('s');
+  completion<cv::received> r1, r2;
+  p.b.async_recv(in.span(0, 1000), r1.handler());
+  p.b.async_recv(in.span(1000, 1000), r2.handler());
+  completion<std::size_t> s1, s2;
+  p.a.async_send(out.span(0, 100), s1.handler());
+  p.a.async_send_with_imm(out.span(0, 200), 0xC0FFEE, s2.handler());
+  REQUIRE(p.run_until([&] { return r1.done() && r2.done() && s1.done() && s2.done(); }));
+  CHECK_FALSE(*s1.ec);
+  CHECK(s1.value == 100);
+  CHECK_FALSE(*s2.ec);
+  CHECK(s2.value == 200);
+  CHECK_FALSE(*r1.ec);
+  CHECK(r1.value.bytes == 100);
+  CHECK_FALSE(r1.value.imm);
+  CHECK(in.str(0, 100) == std::string(100, 's'));
+  CHECK_FALSE(*r2.ec);
+  CHECK(r2.value.bytes == 200);
+  REQUIRE(r2.value.imm);
+  CHECK(*r2.value.imm == 0xC0FFEEu);
+  CHECK(in.str(1000, 200) == std::string(200, 's'));
+}
+
+TEST_CASE("write and read move the bytes between registered buffers", "[qp][write][read]") {
+  rc_pair p;
+  test_buffer local(p.pd, 1 << 16), remote(p.pd, 1 << 16);
+  for (std::size_t i = 0; i < local.bytes.size(); ++i)
+    local.bytes[i] = std::byte(i * 7);
+  p.run([&]() -> awaitable<void> {
+    // 64 KiB: larger than the MTU, so the device segments it; 16 B: goes inline.
+    {
+      const auto got = co_await p.a.async_write(local.span(), remote.key());
+      CHECK(got == local.bytes.size());
+    }
+    CHECK(std::memcmp(local.bytes.data(), remote.bytes.data(), local.bytes.size()) == 0);
+    {
+      const auto got = co_await p.a.async_write(local.span(100, 16), remote.key().slice(5000, 16));
+      CHECK(got == 16);
+    }
+    CHECK(std::memcmp(local.bytes.data() + 100, remote.bytes.data() + 5000, 16) == 0);
+
+    std::memset(remote.bytes.data(), 'r', 4096);
+    {
+      const auto got = co_await p.a.async_read(local.span(0, 4096), remote.key());
+      CHECK(got == 4096);
+    }
+    CHECK(local.str(0, 4096) == std::string(4096, 'r'));
+  });
+}
+
+TEST_CASE("write with immediate data lands in memory and reports the immediate to the peer's receive", "[qp][write]") {
+  rc_pair p;
+  test_buffer local(p.pd, 4096), remote(p.pd, 4096), rx(p.pd, 64);
+  local.fill('w');
+  completion<cv::received> r;
+  p.b.async_recv(rx.span(), r.handler());
+  completion<std::size_t> w;
+  p.a.async_write_with_imm(local.span(0, 512), remote.key(), 42, w.handler());
+  REQUIRE(p.run_until([&] { return r.done() && w.done(); }));
+  CHECK_FALSE(*w.ec);
+  CHECK_FALSE(*r.ec);
+  CHECK(r.value.rdma_with_imm);
+  REQUIRE(r.value.imm);
+  CHECK(*r.value.imm == 42u);
+  CHECK(remote.str(0, 512) == std::string(512, 'w'));
+}
+
+TEST_CASE("fetch-add and compare-swap return the old value; a failed compare leaves the target", "[qp][atomic]") {
+  rc_pair p;
+  test_buffer result(p.pd, 8), target(p.pd, 64);
+  std::uint64_t v = 100;
+  std::memcpy(target.bytes.data() + 8, &v, 8);
+  const cv::remote_key word = target.key().slice(8, 8);
+  p.run([&]() -> awaitable<void> {
+    {
+      const auto got = co_await p.a.async_fetch_add(result.span(), word, 5);
+      CHECK(got == 100);
+    }
+    {
+      const auto got = co_await p.a.async_fetch_add(result.span(), word, 1);
+      CHECK(got == 105);
+    }
+    std::uint64_t now = 0;
+    std::memcpy(&now, target.bytes.data() + 8, 8);
+    CHECK(now == 106);
+
+    {
+      const auto got = co_await p.a.async_compare_swap(result.span(), word, 999, 7);
+      CHECK(got == 106);
+    }
+    std::memcpy(&now, target.bytes.data() + 8, 8);
+    CHECK(now == 106);
+    {
+      const auto got = co_await p.a.async_compare_swap(result.span(), word, 106, 7);
+      CHECK(got == 106);
+    }
+    std::memcpy(&now, target.bytes.data() + 8, 8);
+    CHECK(now == 7);
+    std::uint64_t in_result = 0;
+    std::memcpy(&in_result, result.bytes.data(), 8);
+    CHECK(in_result == 106);  // the old value is also in the local result buffer
+  });
+}
+
+TEST_CASE("zero-length write and read complete successfully with zero bytes", "[qp][write][read]") {
+  rc_pair p;
+  test_buffer local(p.pd, 64), remote(p.pd, 64);
+  p.run([&]() -> awaitable<void> {
+    {
+      const auto got = co_await p.a.async_write(local.span(0, 0), remote.key());
+      CHECK(got == 0);
+    }
+    {
+      const auto got = co_await p.a.async_read(local.span(0, 0), remote.key());
+      CHECK(got == 0);
+    }
+  });
+  CHECK_FALSE(p.a.error());
+}
+
+TEST_CASE("a wrong rkey fails with rem_access_err; later and outstanding operations are flushed, none hangs",
+          "[qp][errors]") {
+  rc_pair p;
+  test_buffer local(p.pd, 4096), remote(p.pd, 4096);
+  cv::remote_key bad = remote.key();
+  bad.rkey ^= 0x5a5a00;
+  completion<std::size_t> w_bad, w_after[4];
+  completion<cv::received> recv;
+  p.a.async_recv(local.span(0, 64), recv.handler());  // outstanding receive: flushed too
+  p.a.async_write(local.span(0, 64), bad, w_bad.handler());
+  for (auto& w : w_after)
+    p.a.async_write(local.span(0, 64), remote.key(), w.handler());
+  REQUIRE(p.run_until([&] {
+    return w_bad.done() && recv.done() &&
+           std::all_of(std::begin(w_after), std::end(w_after), [](auto& w) { return w.done(); });
+  }));
+  CHECK(*w_bad.ec == cv::wc_errc::rem_access_err);
+  CHECK(*recv.ec == cv::wc_errc::wr_flush_err);
+  for (auto& w : w_after)
+    CHECK(*w.ec == cv::wc_errc::wr_flush_err);
+  CHECK(p.a.error() == cv::wc_errc::rem_access_err);
+  CHECK(p.a.state() == IBV_QPS_ERR);
+
+  // An operation started after the error completes at once with wr_flush_err, through the handler.
+  completion<std::size_t> later;
+  p.a.async_write(local.span(0, 8), remote.key(), later.handler());
+  CHECK_FALSE(later.done());
+  REQUIRE(p.run_until([&] { return later.done(); }));
+  CHECK(*later.ec == cv::wc_errc::wr_flush_err);
+  CHECK(p.cq.outstanding() == 0);
+}
+
+TEST_CASE("bad requests are refused before posting and the queue pair stays healthy", "[qp][errors]") {
+  rc_pair p;
+  test_buffer local(p.pd, 4096), remote(p.pd, 4096);
+  p.run([&]() -> awaitable<void> {
+    auto [e1, n1] = co_await p.a.async_write(local.span(), remote.key().slice(0, 100), asio::as_tuple(use_awaitable));
+    CHECK(e1 == cv::errc::remote_range_too_small);
+    CHECK(n1 == 0);
+    auto [e2, v2] =
+        co_await p.a.async_fetch_add(local.span(0, 8), remote.key().slice(4, 8), 1, asio::as_tuple(use_awaitable));
+    CHECK(e2 == cv::errc::misaligned_atomic);
+    auto [e3, v3] = co_await p.a.async_fetch_add(local.span(0, 4), remote.key(), 1, asio::as_tuple(use_awaitable));
+    CHECK(e3 == cv::errc::buffer_too_small);
+    (void)v2;
+    (void)v3;
+    {
+      const auto got = co_await p.a.async_write(local.span(0, 128), remote.key());
+      CHECK(got == 128);
+    }
+  });
+  CHECK_FALSE(p.a.error());
+  CHECK(p.a.state() == IBV_QPS_RTS);
+}
+
+TEST_CASE("a burst of ten times the send-queue depth completes through credits, every completion accounted for",
+          "[qp][credits]") {
+  cv::queue_pair_options o;
+  o.max_send_wr = 16;
+  rc_pair p(o);
+  test_buffer local(p.pd, 4096), remote(p.pd, 160 * 16);
+  for (std::size_t i = 0; i < 4096; ++i)
+    local.bytes[i] = std::byte(i);
+  constexpr int burst = 160;
+  std::vector<int> order;
+  int failures = 0;
+  std::size_t max_waiting = 0;
+  for (int i = 0; i < burst; ++i) {
+    p.a.async_write(local.span(static_cast<std::size_t>(i), 16),
+                    remote.key().slice(static_cast<std::uint64_t>(i) * 16, 16),
+                    [&, i](cv::error_code ec, std::size_t n) {
+                      if (ec || n != 16) ++failures;
+                      order.push_back(i);
+                    });
+    max_waiting = std::max(max_waiting, p.a.sends_waiting());
+  }
+  CHECK(p.a.sends_outstanding() == 16);
+  CHECK(max_waiting == burst - 16);
+  REQUIRE(p.run_until([&] { return order.size() == burst; }));
+  CHECK(failures == 0);
+  CHECK(std::is_sorted(order.begin(), order.end()));  // FIFO
+  for (int i = 0; i < burst; ++i)
+    CHECK(std::memcmp(remote.bytes.data() + i * 16, local.bytes.data() + i, 16) == 0);
+  CHECK(p.a.sends_outstanding() == 0);
+  CHECK(p.cq.outstanding() == 0);
+}
+
+TEST_CASE("a completion queue shared by many queue pairs drains everything after a single event", "[cq]") {
+  boost::asio::io_context rx_io, tx_io;
+  cv::device dev = cv::device::open();
+  cv::protection_domain pd(dev);
+  cv::completion_queue rx_cq(rx_io, dev), tx_cq(tx_io, dev);
+  constexpr int pairs = 8;
+  cv::queue_pair_options o;
+  o.max_send_wr = o.max_recv_wr = 8;
+  std::vector<cv::queue_pair> rx, tx;
+  for (int i = 0; i < pairs; ++i) {
+    rx.emplace_back(pd, rx_cq, o);
+    tx.emplace_back(pd, tx_cq, o);
+    cv::connect_pair(rx.back(), tx.back());
+  }
+  test_buffer buf(pd, 4096);
+  int received = 0;
+  for (auto& q : rx)
+    q.async_recv(buf.span(0, 64), [&](cv::error_code ec, cv::received r) { received += (!ec && r.bytes == 8); });
+  rx_io.poll();  // arms the receive queue: one event will follow the first completion
+  REQUIRE(rx_cq.stats().arms == 1);
+  int sent = 0;
+  for (auto& q : tx)
+    q.async_send(buf.span(1024, 8), [&](cv::error_code ec, std::size_t) { sent += !ec; });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (sent < pairs && std::chrono::steady_clock::now() < deadline) {
+    tx_io.restart();
+    tx_io.run_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(sent == pairs);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // every receive has landed in rx_cq by now
+  rx_io.restart();
+  rx_io.run_one();  // the one readiness handler
+  CHECK(received == pairs);
+  CHECK(rx_cq.stats().events == 1);
+  CHECK(rx_cq.stats().completions == pairs);
+  CHECK(rx_cq.outstanding() == 0);
+}
+
+TEST_CASE("the handler runs on its associated executor and is never called inside the initiating function",
+          "[qp][executor]") {
+  rc_pair p;
+  test_buffer local(p.pd, 64), remote(p.pd, 64);
+  auto strand = asio::make_strand(p.io);
+  bool in_strand = false, called = false;
+  p.a.async_write(local.span(0, 8), remote.key(), asio::bind_executor(strand, [&](cv::error_code ec, std::size_t) {
+                    in_strand = strand.running_in_this_thread();
+                    called = !ec;
+                  }));
+  CHECK_FALSE(called);
+
+  // A post that the verb refuses (the queue pair is not connected) completes through the handler too.
+  cv::queue_pair unconnected(p.pd, p.cq);
+  completion<std::size_t> refused;
+  unconnected.async_write(local.span(0, 8), remote.key(), refused.handler());
+  CHECK_FALSE(refused.done());
+  REQUIRE(p.run_until([&] { return called && refused.done(); }));
+  CHECK(in_strand);
+  CHECK(*refused.ec);
+  CHECK(refused.ec->category() == boost::system::system_category());
+}
+
+TEST_CASE("an operation waiting for a credit is cancelled at once; a posted one only terminally, after the flush",
+          "[qp][cancel]") {
+  cv::queue_pair_options o;
+  o.max_send_wr = 1;
+  o.rnr_retry = 7;  // infinite: a send without a receive at the peer stays outstanding
+  rc_pair p(o);
+  test_buffer buf(p.pd, 64);
+  completion<std::size_t> stuck, waiting;
+  asio::cancellation_signal stuck_signal, waiting_signal;
+  p.a.async_send(buf.span(0, 8), asio::bind_cancellation_slot(stuck_signal.slot(), stuck.handler()));
+  p.a.async_send(buf.span(0, 8), asio::bind_cancellation_slot(waiting_signal.slot(), waiting.handler()));
+  CHECK(p.a.sends_waiting() == 1);
+  p.run_until([] { return false; }, std::chrono::seconds(1));
+  CHECK_FALSE(stuck.done());
+
+  waiting_signal.emit(asio::cancellation_type::total);
+  REQUIRE(p.run_until([&] { return waiting.done(); }, std::chrono::seconds(5)));
+  CHECK(*waiting.ec == asio::error::operation_aborted);
+  CHECK_FALSE(stuck.done());
+
+  stuck_signal.emit(asio::cancellation_type::partial);  // not honoured for a posted request
+  p.run_until([] { return false; }, std::chrono::seconds(1));
+  CHECK_FALSE(stuck.done());
+
+  stuck_signal.emit(asio::cancellation_type::terminal);
+  REQUIRE(p.run_until([&] { return stuck.done(); }));
+  CHECK(*stuck.ec == asio::error::operation_aborted);
+  CHECK(p.a.state() == IBV_QPS_ERR);
+  CHECK(p.a.error() == asio::error::operation_aborted);
+}
+
+TEST_CASE("destroying a queue pair with operations outstanding flushes them to their handlers", "[qp][lifetime]") {
+  rc_pair p;
+  test_buffer buf(p.pd, 64);
+  completion<cv::received> r1, r2;
+  cv::queue_pair peer(p.pd, p.cq);
+  {
+    cv::queue_pair q(p.pd, p.cq);
+    cv::connect_pair(q, peer);
+    q.async_recv(buf.span(), r1.handler());
+    q.async_recv(buf.span(), r2.handler());
+    p.io.restart();
+    p.io.poll();
+    REQUIRE(p.cq.outstanding() == 2);
+  }
+  CHECK_FALSE(r1.done());  // handlers are posted, not run inside the destructor
+  REQUIRE(p.run_until([&] { return r1.done() && r2.done(); }));
+  CHECK(*r1.ec == cv::wc_errc::wr_flush_err);
+  CHECK(*r2.ec == cv::wc_errc::wr_flush_err);
+  CHECK(p.cq.outstanding() == 0);
+}
+
+TEST_CASE("two coroutines share one loop with an Asio timer and a TCP loopback socket", "[qp][compose]") {
+  rc_pair p;
+  test_buffer local(p.pd, 4096), remote(p.pd, 4096), rx(p.pd, 4096);
+  int rdma_rounds = 0, messages = 0;
+  bool timer_fired = false, tcp_done = false;
+
+  auto rdma_writer = [&]() -> awaitable<void> {
+    for (int i = 0; i < 50; ++i) {
+      local.bytes[0] = std::byte(i);
+      co_await p.a.async_write(local.span(0, 256), remote.key());
+      CHECK(remote.bytes[0] == std::byte(i));
+      ++rdma_rounds;
+    }
+  };
+  auto messenger = [&]() -> awaitable<void> {
+    for (int i = 0; i < 20; ++i) {
+      local.bytes[1000] = std::byte(i);
+      // The receive is posted first, then the send; both are awaited together.
+      auto [r, sent] = co_await (p.b.async_recv(rx.span()) && p.a.async_send(local.span(1000, 1)));
+      CHECK(sent == 1);
+      CHECK(r.bytes == 1);
+      CHECK(rx.bytes[0] == std::byte(i));
+      ++messages;
+    }
+  };
+  auto timer = [&]() -> awaitable<void> {
+    asio::steady_timer t(p.io, std::chrono::milliseconds(20));
+    co_await t.async_wait(use_awaitable);
+    timer_fired = true;
+  };
+  auto tcp = [&]() -> awaitable<void> {
+    asio::ip::tcp::acceptor acceptor(p.io, {asio::ip::make_address("127.0.0.1"), 0});
+    asio::ip::tcp::socket client(p.io);
+    co_await client.async_connect(acceptor.local_endpoint(), use_awaitable);
+    asio::ip::tcp::socket server = co_await acceptor.async_accept(use_awaitable);
+    co_await asio::async_write(client, asio::buffer("ping", 4), use_awaitable);
+    char got[4];
+    co_await asio::async_read(server, asio::buffer(got), use_awaitable);
+    tcp_done = std::memcmp(got, "ping", 4) == 0;
+  };
+  auto rethrow = [](std::exception_ptr e) {
+    if (e) std::rethrow_exception(e);
+  };
+  asio::co_spawn(p.io, rdma_writer(), rethrow);
+  asio::co_spawn(p.io, messenger(), rethrow);
+  asio::co_spawn(p.io, timer(), rethrow);
+  asio::co_spawn(p.io, tcp(), rethrow);
+  REQUIRE(p.run_until([&] { return rdma_rounds == 50 && messages == 20 && timer_fired && tcp_done; }));
+}
+
+TEST_CASE("adaptive and busy-polling queues complete the same operations", "[cq][spin]") {
+  for (auto spin : {std::chrono::nanoseconds(50'000), cv::completion_queue_options::spin_forever}) {
+    cv::completion_queue_options co;
+    co.spin = spin;
+    rc_pair p({}, co);
+    test_buffer local(p.pd, 4096), remote(p.pd, 4096);
+    p.run([&]() -> awaitable<void> {
+      for (int i = 0; i < 100; ++i) {
+        const auto got = co_await p.a.async_write(local.span(0, 64), remote.key());
+        CHECK(got == 64);
+      }
+    });
+    CHECK(p.cq.stats().completions == 100);
+    if (spin == cv::completion_queue_options::spin_forever) CHECK(p.cq.stats().events == 0);
+  }
+}
+
+TEST_CASE("a completion queue too small for another queue pair is refused up front", "[cq][errors]") {
+  boost::asio::io_context io;
+  cv::device dev = cv::device::open();
+  cv::protection_domain pd(dev);
+  cv::completion_queue_options co;
+  co.depth = 300;
+  cv::completion_queue cq(io, dev, co);
+  cv::queue_pair first(pd, cq);  // 128 + 128
+  try {
+    cv::queue_pair second(pd, cq);
+    FAIL("the second queue pair fit");
+  } catch (const cv::system_error& e) {
+    CHECK(e.code() == cv::errc::cq_overcommitted);
+  }
+  cv::queue_pair_options small;
+  small.max_send_wr = small.max_recv_wr = 8;
+  CHECK_NOTHROW(cv::queue_pair(pd, cq, small));
+}
