@@ -110,13 +110,16 @@ device device::open(std::string_view name, error_code& ec) noexcept {
   return device();
 }
 
+device device::adopt(ibv_context* context) noexcept { return device(context, false); }
+
 device::device(device&& other) noexcept
-    : context_(std::exchange(other.context_, nullptr)), caps_(std::move(other.caps_)) {}
+    : context_(std::exchange(other.context_, nullptr)), owned_(other.owned_), caps_(std::move(other.caps_)) {}
 
 device& device::operator=(device&& other) noexcept {
   if (this != &other) {
     close();
     context_ = std::exchange(other.context_, nullptr);
+    owned_ = other.owned_;
     caps_ = std::move(other.caps_);
   }
   return *this;
@@ -125,7 +128,7 @@ device& device::operator=(device&& other) noexcept {
 device::~device() { close(); }
 
 void device::close() noexcept {
-  if (context_) ibv_close_device(context_);
+  if (context_ && owned_) ibv_close_device(context_);
   context_ = nullptr;
   caps_.reset();
 }

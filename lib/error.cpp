@@ -169,6 +169,27 @@ std::string coverbs_category_impl::message(int ev) const {
   case errc::pool_exhausted:
     return "the buffer pool has no free block of that size and may not grow (pool_options::max_arenas), or the "
            "size exceeds its largest size class (pool_options::size_classes)";
+  case errc::address_resolution_failed:
+    return "address resolution failed (RDMA_CM_EVENT_ADDR_ERROR): no RDMA device reaches that address, or the host "
+           "did not answer (ARP/ND) within the resolve timeout";
+  case errc::route_resolution_failed: return "route resolution failed (RDMA_CM_EVENT_ROUTE_ERROR)";
+  case errc::connection_refused:
+    return "connection refused (RDMA_CM_EVENT_REJECTED): nobody listens on that port, or the server rejected the "
+           "request";
+  case errc::connection_unreachable:
+    return "connection unreachable (RDMA_CM_EVENT_UNREACHABLE): the peer did not answer the connection request";
+  case errc::connection_failed:
+    return "the connection could not be established (RDMA_CM_EVENT_CONNECT_ERROR)";
+  case errc::connection_reset: return "the peer disconnected (RDMA_CM_EVENT_DISCONNECTED)";
+  case errc::disconnected: return "the connection was disconnected by this side";
+  case errc::device_removed: return "the RDMA device was removed (RDMA_CM_EVENT_DEVICE_REMOVAL)";
+  case errc::invalid_address: return "not a numeric IPv4 or IPv6 address";
+  case errc::invalid_port_number: return "not a port number (a decimal number in 1..65535)";
+  case errc::device_mismatch:
+    return "the protection domain or completion queue is on another RDMA device than the one rdma_cm chose for "
+           "this connection (create them on connection::get_device() / listener::get_device())";
+  case errc::private_data_too_long:
+    return "connection private data too long (at most 56 bytes with a request, 196 with a reply)";
   }
   return "unknown coverbs error " + std::to_string(ev);
 }

@@ -409,12 +409,36 @@ ibv_qp_state queue_pair::state() const {
   return attr.qp_state;
 }
 
+namespace {
+void modify_qp(ibv_qp* qp, ibv_qp_attr& attr, int mask, const std::string& transition) {
+  throw_on_error(verbs_status_result(ibv_modify_qp(qp, &attr, mask)),
+                 "ibv_modify_qp(" + transition + ", qp " + std::to_string(qp->qp_num) + ")");
+}
+
+const char* state_name(ibv_qp_state s) noexcept {
+  switch (s) {
+  case IBV_QPS_RESET: return "RESET";
+  case IBV_QPS_INIT: return "INIT";
+  case IBV_QPS_RTR: return "RTR";
+  case IBV_QPS_RTS: return "RTS";
+  case IBV_QPS_SQD: return "SQD";
+  case IBV_QPS_SQE: return "SQE";
+  case IBV_QPS_ERR: return "ERR";
+  default: return "?";
+  }
+}
+}  // namespace
+
+void queue_pair::modify(ibv_qp_attr& attr, int mask) {
+  modify_qp(impl_->qp_, attr, mask,
+            (mask & IBV_QP_STATE) ? std::string("->") + state_name(attr.qp_state) : std::string("attributes"));
+}
+
 void queue_pair::connect(const queue_pair_address& remote) {
   detail::queue_pair_impl& q = *impl_;
   const queue_pair_options& o = q.options_;
   auto modify = [&](ibv_qp_attr& attr, int mask, const char* transition) {
-    throw_on_error(verbs_status_result(ibv_modify_qp(q.qp_, &attr, mask)),
-                   std::string("ibv_modify_qp(") + transition + ", qp " + std::to_string(q.qp_->qp_num) + ")");
+    modify_qp(q.qp_, attr, mask, transition);
   };
   ibv_qp_attr init{};
   init.qp_state = IBV_QPS_INIT;

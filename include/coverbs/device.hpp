@@ -116,6 +116,9 @@ public:
   static device open(std::string_view name);
   /// As the two above (empty `name`: the first device); on failure sets `ec`, returns an empty device.
   static device open(std::string_view name, error_code& ec) noexcept;
+  /// A non-owning view of a context opened by someone else (e.g. librdmacm's `rdma_cm_id::verbs`): every
+  /// query works, `close()` and the destructor leave the context open. The context must outlive the view.
+  static device adopt(ibv_context* context) noexcept;
 
   device(device&& other) noexcept;
   device& operator=(device&& other) noexcept;
@@ -145,12 +148,16 @@ public:
   /// @throws system_error `errc::no_usable_gid` when the table has no valid entry.
   gid_entry default_gid(std::uint8_t port = 1) const;
 
-  /// Closes now; further queries fail. Idempotent.
+  /// Whether destruction closes the context (false for `adopt`ed views).
+  bool owns_context() const noexcept { return owned_; }
+
+  /// Closes now (a view just forgets its context); further queries fail. Idempotent.
   void close() noexcept;
 
 private:
-  explicit device(ibv_context* context) noexcept : context_(context) {}
+  explicit device(ibv_context* context, bool owned = true) noexcept : context_(context), owned_(owned) {}
   ibv_context* context_ = nullptr;
+  bool owned_ = true;
   mutable std::unique_ptr<device_caps> caps_;
 };
 

@@ -136,6 +136,33 @@ enum class errc : int {
   /// A buffer_pool has no block of the requested size and may not map another arena (max_arenas), or the
   /// size exceeds its largest size class.
   pool_exhausted,
+
+  // --- connections (cm.hpp) ---
+  /// rdma_cm could not resolve the address (RDMA_CM_EVENT_ADDR_ERROR).
+  address_resolution_failed,
+  /// rdma_cm could not resolve a route (RDMA_CM_EVENT_ROUTE_ERROR).
+  route_resolution_failed,
+  /// The peer rejected the connection request: nobody listens on that port, or the server refused
+  /// (RDMA_CM_EVENT_REJECTED).
+  connection_refused,
+  /// The peer did not answer the connection request or reply (RDMA_CM_EVENT_UNREACHABLE).
+  connection_unreachable,
+  /// The connection could not be established (RDMA_CM_EVENT_CONNECT_ERROR).
+  connection_failed,
+  /// The peer disconnected (RDMA_CM_EVENT_DISCONNECTED).
+  connection_reset,
+  /// The connection was disconnected by this side.
+  disconnected,
+  /// The RDMA device went away (RDMA_CM_EVENT_DEVICE_REMOVAL).
+  device_removed,
+  /// An address is not a numeric IPv4 or IPv6 address.
+  invalid_address,
+  /// A port number is not a decimal number in 1..65535.
+  invalid_port_number,
+  /// A protection domain or completion queue lives on another device than the connection's.
+  device_mismatch,
+  /// Connection private data exceeds what the transport carries (56 bytes in a request, 196 in a reply).
+  private_data_too_long,
 };
 
 /// The category of `wc_errc` values; name "coverbs.wc".

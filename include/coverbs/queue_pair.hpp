@@ -116,6 +116,9 @@ public:
   /// Moves RESET → INIT → RTR → RTS towards `remote` (ibv_modify_qp(3) three times).
   /// @throws system_error with the errno of ibv_modify_qp naming the transition that failed.
   void connect(const queue_pair_address& remote);
+  /// Modifies the queue pair (ibv_modify_qp(3)) with `attr` and `mask` (IBV_QP_*), e.g. with attributes
+  /// from rdma_init_qp_attr(3). @throws system_error with the verb's errno, naming the transition.
+  void modify(ibv_qp_attr& attr, int mask);
   /// The state as the device reports it (ibv_query_qp(3)).
   ibv_qp_state state() const;
   /// The error that moved the queue pair to the error state (empty while healthy).

@@ -34,17 +34,9 @@ struct test_buffer {
   }
 };
 
-struct rc_pair {
+/// An io_context with watchdog'd run helpers: nothing in a test may hang.
+struct event_loop {
   boost::asio::io_context io;
-  cv::device dev = cv::device::open();
-  cv::protection_domain pd{dev};
-  cv::completion_queue cq;
-  cv::queue_pair a, b;
-
-  explicit rc_pair(cv::queue_pair_options o = {}, cv::completion_queue_options co = {})
-      : cq(io, dev, co), a(pd, cq, o), b(pd, cq, o) {
-    cv::connect_pair(a, b);
-  }
 
   /// Runs `coro` (an awaitable factory) on the loop; fails the test if it does not finish within `limit`.
   template <class F>
@@ -71,6 +63,18 @@ struct rc_pair {
       io.run_for(std::chrono::milliseconds(20));
     }
     return done();
+  }
+};
+
+struct rc_pair : event_loop {
+  cv::device dev = cv::device::open();
+  cv::protection_domain pd{dev};
+  cv::completion_queue cq;
+  cv::queue_pair a, b;
+
+  explicit rc_pair(cv::queue_pair_options o = {}, cv::completion_queue_options co = {})
+      : cq(io, dev, co), a(pd, cq, o), b(pd, cq, o) {
+    cv::connect_pair(a, b);
   }
 };
 

@@ -1,0 +1,265 @@
+#pragma once
+/// @file
+/// Connections through rdma_cm (librdmacm): `listener::async_accept`, `async_connect`,
+/// `connection::async_disconnect`, as Asio asynchronous operations.
+///
+/// Event channels: every listener and every connection owns one rdma_cm event channel. Its fd
+/// (O_NONBLOCK) is waited on as an Asio descriptor on the object's executor; each event is copied,
+/// acknowledged at once with rdma_ack_cm_event(3) and handed to the owner named by `rdma_cm_id::context`.
+/// An accepted connection's cm_id is moved from the listener's channel to its own (rdma_migrate_id(3)),
+/// so a connection never depends on its listener. One fd per connection keeps destruction simple and
+/// local (rdma_destroy_id never waits: every event is acknowledged as soon as it is read).
+///
+/// Devices: rdma_cm opens its own `ibv_context` per device (`rdma_cm_id::verbs`) and keeps it open for
+/// the life of the process. `listener::get_device()` and `connection::get_device()` give a non-owning
+/// `device` view of it (`device::adopt`), on which protection domains, completion queues and memory
+/// regions are created as usual.
+///
+/// Queue pairs: coverbs creates the RC queue pair itself (it is not attached to the cm_id) and drives
+/// its transitions with rdma_init_qp_attr(3) + ibv_modify_qp(3): the passive side goes INIT/RTR/RTS
+/// before rdma_accept; the active side goes INIT before rdma_connect and RTR/RTS on
+/// RDMA_CM_EVENT_CONNECT_RESPONSE, then calls rdma_establish(3).
+///
+/// Disconnects: when the peer disconnects (RDMA_CM_EVENT_DISCONNECTED) the queue pair is moved to the
+/// error state, so every outstanding operation completes (`wc_errc::wr_flush_err`) and
+/// `connection::error()` / `queue_pair::error()` report `errc::connection_reset`.
+///
+/// @par Thread Safety
+/// Distinct objects: safe. Shared objects: unsafe; use a listener or connection from its executor.
+
+#include <coverbs/completion_queue.hpp>
+#include <coverbs/device.hpp>
+#include <coverbs/error.hpp>
+#include <coverbs/protection_domain.hpp>
+#include <coverbs/queue_pair.hpp>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+struct rdma_cm_id;
+
+namespace coverbs {
+
+class connection;
+
+/// Queue pair, resources and connection parameters of one connection (either side).
+struct connection_options {
+  /// The queue pair's sizes and attributes. `port` is ignored (rdma_cm picks it); the path attributes
+  /// (MTU, GID, timeouts, PSNs) come from rdma_cm (rdma_init_qp_attr), `remote_access` from here.
+  queue_pair_options qp;
+  /// Where the queue pair is created. Both null: the connection allocates its own protection domain and
+  /// completion queue (depth max_send_wr + max_recv_wr) on the device rdma_cm chose, reachable through
+  /// `connection::pd()` / `cq()`. Otherwise both must be set, live on that device
+  /// (`errc::device_mismatch`), and outlive the connection.
+  protection_domain* pd = nullptr;
+  completion_queue* cq = nullptr;
+  /// Sent to the peer with the connection request (at most 56 bytes) or the reply (at most 196 bytes).
+  std::vector<std::byte> private_data;
+  /// RDMA reads / atomics this side accepts as responder and issues as initiator; 0: the device's
+  /// maximum. The passive side caps both by what the peer asked for.
+  std::uint8_t responder_resources = 0, initiator_depth = 0;
+  std::uint8_t retry_count = 7;      ///< transport retries (rdma_conn_param::retry_count, 0..7)
+  std::uint8_t rnr_retry_count = 7;  ///< receiver-not-ready retries (7: infinite)
+};
+
+/// What `async_connect` does and how long each step may take.
+struct connect_options : connection_options {
+  std::chrono::milliseconds resolve_address_timeout{2000};  ///< rdma_resolve_addr(3) timeout_ms
+  std::chrono::milliseconds resolve_route_timeout{2000};    ///< rdma_resolve_route(3) timeout_ms
+  /// The whole operation, resolution included; zero: no limit beyond rdma_cm's own retries.
+  std::chrono::milliseconds connect_timeout{10000};
+  /// Numeric local address to connect from; empty: the route decides.
+  std::string source_address;
+};
+
+/// How a listener is set up.
+struct listener_options {
+  int backlog = 64;               ///< connection requests the kernel queues while no accept is pending (rdma_listen(3))
+  connection_options connection;  ///< used by `async_accept(token)`
+};
+
+namespace detail {
+class connection_impl;
+class listener_impl;
+using connection_handler = boost::asio::any_completion_handler<void(error_code, connection)>;
+using disconnect_handler = boost::asio::any_completion_handler<void(error_code)>;
+void start_connect(const boost::asio::any_io_executor& ex, std::string_view host, std::string_view port,
+                   const connect_options& options, connection_handler handler);
+void start_accept(listener_impl& l, const connection_options& options, connection_handler handler);
+void start_disconnect(connection_impl* c, disconnect_handler handler);
+}  // namespace detail
+
+/// An established RC connection: the cm_id and the queue pair on it. Move-only.
+///
+/// Lifetime: destroying a connection destroys its queue pair (outstanding operations are flushed, their
+/// handlers posted), then its own completion queue and protection domain if it made them, then the
+/// cm_id (which sends a disconnect request if still connected) and its event channel. A user-supplied
+/// protection domain and completion queue must outlive it; memory regions registered in `pd()` must
+/// be destroyed before the connection.
+/// While connected, the connection waits on its event channel for the peer's disconnect, which keeps
+/// its executor's `run()` busy, as a pending socket read would.
+class connection {
+public:
+  using executor_type = boost::asio::any_io_executor;
+  using default_token = boost::asio::use_awaitable_t<executor_type>;
+
+  /// An empty connection (what a failed connect or accept completes with).
+  connection() noexcept = default;
+  connection(connection&&) noexcept = default;
+  connection& operator=(connection&& other) noexcept;
+  connection(const connection&) = delete;
+  connection& operator=(const connection&) = delete;
+  ~connection();
+
+  explicit operator bool() const noexcept { return impl_ != nullptr; }
+  /// The executor the connection's events are serviced on. This and the accessors below (up to
+  /// `peer_private_data`) need a non-empty connection.
+  executor_type get_executor() const noexcept;
+
+  /// The queue pair, in RTS once the connection is established.
+  coverbs::queue_pair& qp() const noexcept;
+  /// The protection domain and completion queue of the queue pair (the connection's own or the user's).
+  protection_domain& pd() const noexcept;
+  completion_queue& cq() const noexcept;
+  /// A non-owning view of the device rdma_cm chose (rdma_cm's own ibv_context).
+  coverbs::device& get_device() const noexcept;
+  /// The private data the peer sent with its request (passive side) or its reply (active side). The
+  /// transport may pad it (IB CM rounds up to its field size), so lengths are at least what was sent.
+  std::span<const std::byte> peer_private_data() const noexcept;
+  /// Empty while connected; `errc::connection_reset` once the peer disconnected, `errc::disconnected`
+  /// after a local disconnect, `errc::device_removed` when the device went away.
+  error_code error() const noexcept;
+  bool connected() const noexcept { return impl_ && !error(); }
+  /// Local and peer addresses as "a.b.c.d:port" / "[v6]:port".
+  std::string local_endpoint() const;
+  std::string remote_endpoint() const;
+  rdma_cm_id* native_handle() const noexcept;
+
+  /// Disconnects (rdma_disconnect(3)): moves the queue pair to the error state — outstanding operations
+  /// complete with `wc_errc::wr_flush_err` — and completes once rdma_cm reports the connection closed
+  /// (RDMA_CM_EVENT_DISCONNECTED: the peer answered, or its retries ran out). Disconnecting a
+  /// connection the peer already closed completes with success at once (via post).
+  /// @par Completion Signature `void(error_code)`
+  /// @par Errors errno of rdma_disconnect(3) other than EINVAL (EINVAL means it was not connected).
+  /// @par Per-Operation Cancellation Not supported: the disconnect request cannot be recalled.
+  /// @par Thread Safety Call from the connection's executor.
+  template <class Token = default_token>
+  auto async_disconnect(Token&& token = default_token{}) {
+    return boost::asio::async_initiate<Token, void(error_code)>(
+        [impl = impl_.get()](auto handler) { detail::start_disconnect(impl, std::move(handler)); }, token);
+  }
+
+  /// Internal.
+  explicit connection(std::shared_ptr<detail::connection_impl> impl) noexcept : impl_(std::move(impl)) {}
+
+private:
+  std::shared_ptr<detail::connection_impl> impl_;
+};
+
+/// A passive rdma_cm endpoint: bound to an address and port, listening. Move-only.
+///
+/// Lifetime: destroying the listener completes its pending accepts with `operation_aborted` and
+/// destroys its cm_id; connections it accepted live on independently.
+class listener {
+public:
+  using executor_type = boost::asio::any_io_executor;
+  using default_token = boost::asio::use_awaitable_t<executor_type>;
+
+  /// Binds to `address` (numeric IPv4/IPv6; "" or "0.0.0.0": every RDMA device) and `port` (0: one is
+  /// picked, see `local_port()`), then listens (rdma_bind_addr(3), rdma_listen(3)).
+  /// @throws system_error `errc::invalid_address`, or the errno of rdma_create_event_channel /
+  /// rdma_create_id / rdma_bind_addr (EADDRINUSE: port taken; EADDRNOTAVAIL / ENODEV: no RDMA device
+  /// has that address) / rdma_listen.
+  listener(const executor_type& ex, std::string_view address, std::uint16_t port = 0,
+           const listener_options& options = {});
+  listener(listener&&) noexcept = default;
+  listener& operator=(listener&& other) noexcept;
+  listener(const listener&) = delete;
+  listener& operator=(const listener&) = delete;
+  ~listener();
+
+  executor_type get_executor() const noexcept;
+  std::uint16_t local_port() const noexcept;
+  /// A non-owning view of the device the listener is bound to; empty when bound to every device.
+  coverbs::device& get_device() const noexcept;
+  rdma_cm_id* native_handle() const noexcept;
+
+  /// Waits for the next connection request (RDMA_CM_EVENT_CONNECT_REQUEST), creates the queue pair
+  /// per `options` on the requester's device, moves it to RTS, accepts (rdma_accept(3)) and completes
+  /// once the connection is established (RDMA_CM_EVENT_ESTABLISHED).
+  /// @par Completion Signature `void(error_code, connection)`
+  /// @par Errors `errc::device_mismatch` (options.pd/cq on another device), `errc::private_data_too_long`,
+  /// errno of ibv_create_qp / ibv_modify_qp / rdma_accept (the request is then rejected), and, when the
+  /// requester gives up before the connection is established, `errc::connection_refused`
+  /// (RDMA_CM_EVENT_REJECTED), `errc::connection_failed` (RDMA_CM_EVENT_CONNECT_ERROR),
+  /// `errc::connection_unreachable` (RDMA_CM_EVENT_UNREACHABLE) or `errc::connection_reset`. In every
+  /// case the listener keeps listening.
+  /// @par Per-Operation Cancellation terminal, partial, total: a pending accept completes with
+  /// `operation_aborted`; a request being accepted is rejected / its cm_id destroyed, nothing leaks.
+  /// @par Thread Safety Call from the listener's executor.
+  template <class Token = default_token>
+  auto async_accept(const connection_options& options, Token&& token = default_token{}) {
+    return boost::asio::async_initiate<Token, void(error_code, connection)>(
+        [impl = impl_.get()](auto handler, const connection_options& o) {
+          detail::start_accept(*impl, o, std::move(handler));
+        },
+        token, options);
+  }
+  /// As above with `listener_options::connection`.
+  template <class Token = default_token>
+  auto async_accept(Token&& token = default_token{}) {
+    return async_accept(options_connection(), std::forward<Token>(token));
+  }
+
+private:
+  const connection_options& options_connection() const noexcept;
+  std::shared_ptr<detail::listener_impl> impl_;
+};
+
+/// Connects to `host`:`port`: resolves the address (rdma_resolve_addr(3)) and the route
+/// (rdma_resolve_route(3)), creates the queue pair per `options` on the device rdma_cm chose, moves it
+/// to INIT, requests the connection (rdma_connect(3)), and on the reply moves it to RTR and RTS and
+/// completes the handshake (rdma_establish(3)).
+/// @param host numeric IPv4 or IPv6 address (no name lookup)
+/// @param port decimal 1..65535
+/// @par Completion Signature `void(error_code, connection)`
+/// @par Errors `errc::invalid_address`, `errc::invalid_port_number`, `errc::private_data_too_long` (checked
+/// before anything starts); `errc::address_resolution_failed` (RDMA_CM_EVENT_ADDR_ERROR: no RDMA device
+/// reaches the host, or it did not answer within resolve_address_timeout), `errc::route_resolution_failed`
+/// (RDMA_CM_EVENT_ROUTE_ERROR), `errc::connection_refused` (RDMA_CM_EVENT_REJECTED: nobody listens on that
+/// port, or the server refused), `errc::connection_unreachable` (RDMA_CM_EVENT_UNREACHABLE: no reply to the
+/// request), `errc::connection_failed` (RDMA_CM_EVENT_CONNECT_ERROR), `boost::asio::error::timed_out`
+/// (connect_timeout elapsed), `errc::device_mismatch`, errno of the rdma_* calls (-1/errno) and of
+/// ibv_create_qp / ibv_modify_qp.
+/// @par Per-Operation Cancellation terminal, partial, total: completes with `operation_aborted`; the cm_id
+/// and queue pair are destroyed (a request already sent is withdrawn by the peer's CM).
+/// @par Thread Safety The connection is bound to `ex`.
+template <class Token = connection::default_token>
+auto async_connect(const boost::asio::any_io_executor& ex, std::string_view host, std::string_view port,
+                   const connect_options& options, Token&& token = connection::default_token{}) {
+  return boost::asio::async_initiate<Token, void(error_code, connection)>(
+      [ex](auto handler, const std::string& h, const std::string& p, const connect_options& o) {
+        detail::start_connect(ex, h, p, o, std::move(handler));
+      },
+      token, std::string(host), std::string(port), options);
+}
+
+/// As above with a numeric port.
+template <class Token = connection::default_token>
+auto async_connect(const boost::asio::any_io_executor& ex, std::string_view host, std::uint16_t port,
+                   const connect_options& options = {}, Token&& token = connection::default_token{}) {
+  return async_connect(ex, host, std::string_view(std::to_string(port)), options, std::forward<Token>(token));
+}
+
+}  // namespace coverbs

@@ -1,0 +1,86 @@
+// The rdma_cm layer without a device: every operation compiles with the usual completion tokens, and bad
+// input is refused before rdma_cm is asked — through the executor, never inside the initiating function.
+#include <coverbs/cm.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <optional>
+#include <thread>
+
+namespace asio = boost::asio;
+namespace cv = coverbs;
+using cv::error_code;
+
+namespace {
+
+// Never called: instantiating these calls is the test (a token that does not work fails to compile).
+[[maybe_unused]] void every_operation_with_every_token(cv::listener& l, cv::connection& c,
+                                                       const asio::any_io_executor& ex) {
+  auto each = [&](auto token) {
+    (void)l.async_accept(token);
+    (void)l.async_accept(cv::connection_options{}, token);
+    (void)cv::async_connect(ex, "10.0.0.1", 7471, cv::connect_options{}, token);
+    (void)cv::async_connect(ex, "10.0.0.1", "7471", cv::connect_options{}, token);
+  };
+  auto disconnect = [&](auto token) { (void)c.async_disconnect(token); };
+  each([](error_code, cv::connection) {});
+  each(asio::use_future);
+  each(asio::use_awaitable);
+  each(asio::as_tuple(asio::use_awaitable));
+  disconnect([](error_code) {});
+  disconnect(asio::use_future);
+  disconnect(asio::use_awaitable);
+  disconnect(asio::as_tuple(asio::use_awaitable));
+  auto deferred = cv::async_connect(ex, "10.0.0.1", 7471, cv::connect_options{}, asio::deferred);
+  (void)deferred;
+  (void)l.async_accept();
+  (void)c.async_disconnect();
+}
+
+}  // namespace
+
+TEST_CASE("a connect to a malformed address or port fails through the executor", "[cm]") {
+  asio::io_context io;
+  std::optional<error_code> address, port, too_long;
+  cv::async_connect(io.get_executor(), "not.an.address", 7471, {},
+                    [&](error_code ec, cv::connection) { address = ec; });
+  cv::async_connect(io.get_executor(), "10.0.0.1", "65536", {}, [&](error_code ec, cv::connection) { port = ec; });
+  cv::connect_options o;
+  o.private_data.resize(100);
+  cv::async_connect(io.get_executor(), "::1", "7471", o, [&](error_code ec, cv::connection) { too_long = ec; });
+  CHECK_FALSE(address);  // never inside the initiating function
+  io.run();
+  CHECK(*address == cv::errc::invalid_address);
+  CHECK(*port == cv::errc::invalid_port_number);
+  CHECK(*too_long == cv::errc::private_data_too_long);
+}
+
+TEST_CASE("a listener on a malformed address throws invalid_address", "[cm]") {
+  asio::io_context io;
+  try {
+    cv::listener l(io.get_executor(), "300.1.2.3", 0);
+    FAIL("no exception");
+  } catch (const cv::system_error& e) {
+    CHECK(e.code() == cv::errc::invalid_address);
+  }
+}
+
+TEST_CASE("an empty connection reports not connected", "[cm]") {
+  cv::connection c;
+  CHECK_FALSE(c);
+  CHECK_FALSE(c.connected());
+  CHECK(c.peer_private_data().empty());
+  CHECK(c.native_handle() == nullptr);
+  std::optional<error_code> got;
+  c.async_disconnect([&](error_code ec) { got = ec; });
+  for (int i = 0; i < 200 && !got; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the system executor's thread runs it
+  REQUIRE(got);
+  CHECK(*got == std::errc::not_connected);
+}
