@@ -14,3 +14,6 @@
 #include <coverbs/registration_cache.hpp>
 #include <coverbs/registration_service.hpp>
 #include <coverbs/window_pool.hpp>
+#if defined(COVERBS_HAS_RDMACM)  // set by coverbs' dependency / coverbs.pc when built with librdmacm
+#include <coverbs/cm.hpp>
+#endif
