@@ -37,6 +37,7 @@ namespace {
   each(asio::use_future);
   each(asio::use_awaitable);
   each(asio::as_tuple(asio::use_awaitable));
+  each(asio::deferred);
   auto deferred_send = qp.async_send(s, asio::deferred);
   std::move(deferred_send)([](error_code, std::size_t) {});
 }
