@@ -49,6 +49,15 @@ struct accepted {
   bool done() const { return ec.has_value(); }
 };
 
+/// Accepts on `l` and connects to it with default options; both ends must succeed.
+void connect_both(test::event_loop& loop, cv::listener& l, accepted& server, accepted& client) {
+  l.async_accept(server.handler());
+  cv::async_connect(loop.io.get_executor(), address, l.local_port(), {}, client.handler());
+  REQUIRE(loop.run_until([&] { return server.done() && client.done(); }));
+  REQUIRE_FALSE(*server.ec);
+  REQUIRE_FALSE(*client.ec);
+}
+
 }  // namespace
 
 TEST_CASE("accept and connect through rdma_cm echo messages and carry private data both ways", "[cm]") {
@@ -132,11 +141,7 @@ TEST_CASE("a peer that disconnects completes the other side's outstanding receiv
   const auto ex = loop.io.get_executor();
   cv::listener l(ex, address, 0);
   accepted server, client;
-  l.async_accept(server.handler());
-  cv::async_connect(ex, address, l.local_port(), {}, client.handler());
-  REQUIRE(loop.run_until([&] { return server.done() && client.done(); }));
-  REQUIRE_FALSE(*server.ec);
-  REQUIRE_FALSE(*client.ec);
+  connect_both(loop, l, server, client);
 
   test_buffer buf(server.conn.pd(), 4096);
   std::vector<std::optional<cv::error_code>> results(4);
@@ -172,11 +177,7 @@ TEST_CASE("destroying a connection flushes the peer's outstanding operations wit
   const auto ex = loop.io.get_executor();
   cv::listener l(ex, address, 0);
   accepted server, client;
-  l.async_accept(server.handler());
-  cv::async_connect(ex, address, l.local_port(), {}, client.handler());
-  REQUIRE(loop.run_until([&] { return server.done() && client.done(); }));
-  REQUIRE_FALSE(*client.ec);
-  REQUIRE_FALSE(*server.ec);
+  connect_both(loop, l, server, client);
 
   test_buffer buf(client.conn.pd(), 4096);
   std::optional<cv::error_code> recv1, recv2;
@@ -205,11 +206,7 @@ TEST_CASE("cancelling a pending accept completes it with operation_aborted and t
   CHECK_FALSE(first.conn);
 
   accepted server, client;
-  l.async_accept(server.handler());
-  cv::async_connect(ex, address, l.local_port(), {}, client.handler());
-  REQUIRE(loop.run_until([&] { return server.done() && client.done(); }));
-  CHECK_FALSE(*server.ec);
-  CHECK_FALSE(*client.ec);
+  connect_both(loop, l, server, client);
 }
 
 TEST_CASE("cancelling a pending connect completes it with operation_aborted", "[cm]") {
