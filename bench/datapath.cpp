@@ -18,14 +18,13 @@
 #include <coverbs/coverbs.hpp>
 
 #include "cli.hpp"
+#include "stamp_clock.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-
-#include <x86intrin.h>
 
 #include <algorithm>
 #include <atomic>
@@ -134,23 +133,7 @@ struct side {
   cv::remote_key landing_key(std::size_t size) const { return key().slice(size, size); }
 };
 
-/// Cycle-counter time stamps, as perftest takes them: reading the clock must not cost more than the
-/// event being timed (in the TCG guest clock_gettime goes to an emulated HPET and costs microseconds).
-/// Converted to microseconds with a calibration against steady_clock over the whole run.
-class stamp_clock {
-public:
-  stamp_clock() : t0_(clock_type::now()), c0_(__rdtsc()) {}
-  static std::uint64_t now() noexcept { return __rdtsc(); }
-  /// Microseconds per tick, from the run so far.
-  double us_per_tick() const {
-    const double us = std::chrono::duration<double, std::micro>(clock_type::now() - t0_).count();
-    return us / static_cast<double>(__rdtsc() - c0_);
-  }
-
-private:
-  clock_type::time_point t0_;
-  std::uint64_t c0_;
-};
+using bench::stamp_clock;
 
 struct result {
   std::vector<double> samples_us;  // latency tests

@@ -3,27 +3,35 @@
 //
 //   bench_windows [--device NAME] [--iters N] [--rereg-iters N] [--json]
 //
-// Figures (medians, microseconds):
+// Figures (medians, microseconds; time stamps from the cycle counter, as perftest takes them):
 //   mw1_bind_us            coverbs bind_mw of a type-1 window (ibv_bind_mw), posted to completion
-//   mw2_bind_us            coverbs bind_mw of an unbound type-2 window (IBV_WR_BIND_MW)
+//   mw2_bind_us            coverbs `co_await bind_mw` of an unbound type-2 window (IBV_WR_BIND_MW), from the
+//                          call until the coroutine runs again
 //   mw2_rebind_us          coverbs rebind_mw changing a bound type-2 window's rights (LOCAL_INV + BIND_MW chain)
 //   rereg_or_reg_us        the same rights change on a 1 MiB region: ibv_rereg_mr where the device supports it,
 //                          else ibv_dereg_mr + ibv_reg_mr
 //   mw_vs_rereg_speedup    rereg_or_reg_us / mw2_rebind_us
 //   raw_mw2_bind_us        the type-2 bind as a raw-verbs loop (ibv_post_send, busy ibv_poll_cq)
 //   bind_overhead_ratio    mw2_bind_us / raw_mw2_bind_us (coverbs on a busy-polling completion queue)
+//   mw2_bind_handler_us    the same bind with a plain completion handler (no coroutine): the runtime's own
+//                          cost without Asio's awaitable machinery
+//   bind_overhead_ratio_handler  mw2_bind_handler_us / raw_mw2_bind_us
 //   mw2_bind_event_us      mw2_bind_us on an event-driven completion queue (sleeps on the channel)
 //   loop_turn_us           one `co_await post(...)` round trip through the same io_context (the loop's own cost)
+//   handler_turn_us        one post(handler) round trip through the same io_context
 // Every iteration measures each figure once (raw verbs first), so that the machine's noise hits all alike.
 #include <coverbs/coverbs.hpp>
+
+#include "cli.hpp"
+#include "stamp_clock.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -33,18 +41,18 @@ namespace {
 
 namespace asio = boost::asio;
 namespace cv = coverbs;
-using clock_type = std::chrono::steady_clock;
+using bench::stamp_clock;
 using asio::awaitable;
+using ticks = std::uint64_t;
 
-double median(std::vector<double> v) {
+/// The median of `v`, in microseconds.
+double median_us(std::vector<ticks> v, double us_per_tick) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  return static_cast<double>(v[v.size() / 2]) * us_per_tick;
 }
 
-double us_since(clock_type::time_point t) {
-  return std::chrono::duration<double, std::micro>(clock_type::now() - t).count();
-}
+ticks since(ticks t) { return stamp_clock::now() - t; }
 
 constexpr auto region_rights = cv::access::local_write | cv::access::remote_read | cv::access::remote_write |
                                cv::access::remote_atomic | cv::access::mw_bind;
@@ -62,8 +70,9 @@ void run(asio::io_context& io, F&& coro) {
   if (!done) throw cv::system_error(cv::errno_code(EIO), "bench coroutine did not finish");
 }
 
+/// Durations in cycle-counter ticks.
 struct samples {
-  std::vector<double> mw1, mw2, mw2_rebind, mw2_event, raw_mw2, rereg, loop_turn;
+  std::vector<ticks> mw1, mw2, mw2_rebind, mw2_event, mw2_handler, raw_mw2, rereg, loop_turn, handler_turn;
 };
 
 /// The windows and queue pairs of one run.
@@ -81,30 +90,30 @@ void raw_bind(const setup& u, samples& s);
 
 /// One iteration of every data-path figure, interleaved so that the machine's noise hits each alike.
 awaitable<void> round(const setup& u, int n, samples& s) {
-  const auto time = [](std::vector<double>& into, clock_type::time_point t) { into.push_back(us_since(t)); };
+  const auto time = [](std::vector<ticks>& into, ticks t) { into.push_back(since(t)); };
   for (int i = 0; i < n; ++i) {
     raw_bind(u, s);
 
-    auto t = clock_type::now();
+    auto t = stamp_clock::now();
     co_await cv::bind_mw(u.qp, u.w2, u.mr, {0, 4096}, cv::access::remote_read);
     time(s.mw2, t);
     co_await cv::invalidate(u.qp, u.w2);
 
-    t = clock_type::now();
+    t = stamp_clock::now();
     co_await cv::bind_mw(u.qp, u.w1, u.mr, {0, 4096}, cv::access::remote_read);
     time(s.mw1, t);
 
     const auto rights = i % 2 ? cv::access::remote_read : cv::access::remote_write;
-    t = clock_type::now();
+    t = stamp_clock::now();
     co_await cv::rebind_mw(u.qp, u.w2_rebind, u.mr, {0, 4096}, rights);
     time(s.mw2_rebind, t);
 
-    t = clock_type::now();
+    t = stamp_clock::now();
     co_await cv::bind_mw(u.qp_event, u.w2_event, u.mr, {0, 4096}, cv::access::remote_read);
     time(s.mw2_event, t);
     co_await cv::invalidate(u.qp_event, u.w2_event);
 
-    t = clock_type::now();
+    t = stamp_clock::now();
     co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
     time(s.loop_turn, t);
   }
@@ -130,10 +139,10 @@ void raw_bind(const setup& u, samples& s) {
   wr.bind_mw.bind_info.addr = reinterpret_cast<std::uintptr_t>(u.mr.data());
   wr.bind_mw.bind_info.length = 4096;
   wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ;
-  const auto t = clock_type::now();
+  const auto t = stamp_clock::now();
   if (int rc = ibv_post_send(u.raw_qp, &wr, &bad)) throw cv::system_error(cv::errno_code(rc), "ibv_post_send(BIND_MW)");
   poll_one(u.raw_cq);
-  s.raw_mw2.push_back(us_since(t));
+  s.raw_mw2.push_back(since(t));
   u.raw_mw->rkey = wr.bind_mw.rkey;
   ibv_send_wr inv{};
   inv.opcode = IBV_WR_LOCAL_INV;
@@ -144,6 +153,33 @@ void raw_bind(const setup& u, samples& s) {
   poll_one(u.raw_cq);
 }
 
+/// The type-2 bind with completion handlers instead of a coroutine (and a bare loop turn), `n` times.
+void handler_round(asio::io_context& io, const setup& u, int n, samples& s) {
+  const auto run = [&io] {
+    io.restart();
+    io.run();
+  };
+  for (int i = 0; i < n; ++i) {
+    ticks done = 0;
+    cv::error_code ec;
+    const ticks t = stamp_clock::now();
+    cv::bind_mw(u.qp, u.w2, u.mr, {0, 4096}, cv::access::remote_read, [&](cv::error_code e, cv::remote_key) {
+      done = stamp_clock::now();
+      ec = e;
+    });
+    run();
+    if (ec) throw cv::system_error(ec, "bind_mw (completion handler)");
+    s.mw2_handler.push_back(done - t);
+    cv::invalidate(u.qp, u.w2, [&](cv::error_code e) { ec = e; });
+    run();
+    if (ec) throw cv::system_error(ec, "invalidate (completion handler)");
+    const ticks p = stamp_clock::now();
+    asio::post(io, [&] { done = stamp_clock::now(); });
+    run();
+    s.handler_turn.push_back(done - p);
+  }
+}
+
 /// The same rights change by re-registering: rereg where supported, else dereg + reg.
 void rereg_round(cv::protection_domain& pd, std::vector<std::byte>& buffer, bool rereg, int n, samples& s) {
   const int flags[2] = {IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ,
@@ -152,7 +188,7 @@ void rereg_round(cv::protection_domain& pd, std::vector<std::byte>& buffer, bool
   if (!mr) throw cv::system_error(cv::verbs_null_result(mr), "ibv_reg_mr(1 MiB)");
   for (int i = 0; i < n; ++i) {
     const int f = flags[(i + 1) % 2];
-    const auto t = clock_type::now();
+    const auto t = stamp_clock::now();
     if (rereg) {
       if (ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, f) != 0)
         throw cv::system_error(cv::errno_code(errno), "ibv_rereg_mr");
@@ -161,7 +197,7 @@ void rereg_round(cv::protection_domain& pd, std::vector<std::byte>& buffer, bool
       mr = ibv_reg_mr(pd.native_handle(), buffer.data(), buffer.size(), f);
       if (!mr) throw cv::system_error(cv::verbs_null_result(mr), "ibv_reg_mr(1 MiB)");
     }
-    s.rereg.push_back(us_since(t));
+    s.rereg.push_back(since(t));
   }
   ibv_dereg_mr(mr);
 }
@@ -169,23 +205,32 @@ void rereg_round(cv::protection_domain& pd, std::vector<std::byte>& buffer, bool
 }  // namespace
 
 int main(int argc, char** argv) {
+  const char* prog = "bench_windows";
+  const char* usage = "[--device NAME] [--iters N] [--rereg-iters N] [--json]";
   std::string name;
   int iters = 2000, rereg_iters = 200;
   bool json = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--device" && i + 1 < argc)
-      name = argv[++i];
-    else if (a == "--iters" && i + 1 < argc)
-      iters = std::max(5, std::atoi(argv[++i]));
-    else if (a == "--rereg-iters" && i + 1 < argc)
-      rereg_iters = std::max(5, std::atoi(argv[++i]));
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) bench::usage_error(prog, a + " needs a value", usage);
+      return argv[++i];
+    };
+    if (a == "--device")
+      name = value();
+    else if (a == "--iters")
+      iters = static_cast<int>(bench::parse_count(prog, usage, a, value(), 5, 1000000));
+    else if (a == "--rereg-iters")
+      rereg_iters = static_cast<int>(bench::parse_count(prog, usage, a, value(), 5, 100000));
     else if (a == "--json")
       json = true;
-    else {
-      std::fprintf(stderr, "usage: bench_windows [--device NAME] [--iters N] [--rereg-iters N] [--json]\n");
-      return 2;
-    }
+    else if (a == "--help" || a == "-h") {
+      std::printf("usage: %s %s\nMemory-window bind, rebind and invalidation against re-registration, coverbs "
+                  "against raw verbs in one run; see the source's header for each figure.\n",
+                  prog, usage);
+      return 0;
+    } else
+      bench::usage_error(prog, "unknown argument '" + a + "'", usage);
   }
   try {
     cv::device dev = cv::device::open(name);
@@ -209,32 +254,42 @@ int main(int argc, char** argv) {
     if (!raw_mw) throw cv::system_error(cv::verbs_null_result(raw_mw), "ibv_alloc_mw");
 
     samples s;
+    stamp_clock clock;
     const setup u{a, e, mr, w1, w2, w2_rebind, w2_event, ra.native_handle(), cq_raw.native_handle(), raw_mw};
     run(io, [&]() -> awaitable<void> { co_await cv::bind_mw(a, w2_rebind, mr, {0, 4096}, cv::access::remote_read); });
     constexpr int rounds = 5;
     for (int r = 0; r < rounds; ++r) {
       run(io, [&] { return round(u, iters / rounds, s); });
+      handler_round(io, u, iters / rounds, s);
       rereg_round(pd, rereg_bytes, caps.rereg_mr, rereg_iters / rounds, s);
     }
     ibv_dealloc_mw(raw_mw);
 
-    const double mw1 = median(s.mw1), mw2 = median(s.mw2), rebind = median(s.mw2_rebind), raw = median(s.raw_mw2),
-                 event = median(s.mw2_event), rereg = median(s.rereg), turn = median(s.loop_turn);
+    const double k = clock.us_per_tick();
+    const double mw1 = median_us(s.mw1, k), mw2 = median_us(s.mw2, k), rebind = median_us(s.mw2_rebind, k),
+                 raw = median_us(s.raw_mw2, k), event = median_us(s.mw2_event, k), rereg = median_us(s.rereg, k),
+                 turn = median_us(s.loop_turn, k), handler = median_us(s.mw2_handler, k),
+                 handler_turn = median_us(s.handler_turn, k);
     const char* how = caps.rereg_mr ? "ibv_rereg_mr" : "ibv_dereg_mr+ibv_reg_mr";
     if (json) {
       std::printf("{\"device\": \"%s\", \"iters\": %d, \"rereg_iters\": %d, \"rereg_method\": \"%s\",\n"
                   " \"mw1_bind_us\": %.2f, \"mw2_bind_us\": %.2f, \"mw2_rebind_us\": %.2f, \"rereg_or_reg_us\": %.2f,\n"
                   " \"mw_vs_rereg_speedup\": %.2f, \"raw_mw2_bind_us\": %.2f, \"bind_overhead_ratio\": %.3f,\n"
-                  " \"mw2_bind_event_us\": %.2f, \"loop_turn_us\": %.2f}\n",
+                  " \"mw2_bind_handler_us\": %.2f, \"bind_overhead_ratio_handler\": %.3f,\n"
+                  " \"mw2_bind_event_us\": %.2f, \"loop_turn_us\": %.2f, \"handler_turn_us\": %.2f}\n",
                   dev.name().c_str(), iters, rereg_iters, how, mw1, mw2, rebind, rereg, rereg / rebind, raw, mw2 / raw,
-                  event, turn);
+                  handler, handler / raw, event, turn, handler_turn);
     } else {
-      std::printf("device %s, %d binds per figure, %d re-registrations (%s)\n", dev.name().c_str(), iters, rereg_iters,
-                  how);
-      std::printf("  mw1_bind_us          %10.2f\n  mw2_bind_us          %10.2f\n  mw2_rebind_us        %10.2f\n"
-                  "  rereg_or_reg_us      %10.2f\n  mw_vs_rereg_speedup  %10.2f\n  raw_mw2_bind_us      %10.2f\n"
-                  "  bind_overhead_ratio  %10.3f\n  mw2_bind_event_us    %10.2f\n  loop_turn_us         %10.2f\n",
-                  mw1, mw2, rebind, rereg, rereg / rebind, raw, mw2 / raw, event, turn);
+      std::printf("device %s, %d binds per figure, %d re-registrations (%s)\n", dev.name().c_str(), iters,
+                  rereg_iters, how);
+      std::printf("  mw1_bind_us                  %10.2f\n  mw2_bind_us                  %10.2f\n"
+                  "  mw2_rebind_us                %10.2f\n  rereg_or_reg_us              %10.2f\n"
+                  "  mw_vs_rereg_speedup          %10.2f\n  raw_mw2_bind_us              %10.2f\n"
+                  "  bind_overhead_ratio          %10.3f\n  mw2_bind_handler_us          %10.2f\n"
+                  "  bind_overhead_ratio_handler  %10.3f\n  mw2_bind_event_us            %10.2f\n"
+                  "  loop_turn_us                 %10.2f\n  handler_turn_us              %10.2f\n",
+                  mw1, mw2, rebind, rereg, rereg / rebind, raw, mw2 / raw, handler, handler / raw, event, turn,
+                  handler_turn);
     }
   } catch (const cv::system_error& e) {
     std::fprintf(stderr, "bench_windows: %s\n", e.what());

@@ -1,5 +1,7 @@
 #include <coverbs/registration_service.hpp>
 
+#include "window_internal.hpp"
+
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/system_executor.hpp>
@@ -77,9 +79,12 @@ ibv_mr* accounting::reg(ibv_pd* pd, std::span<std::byte> buffer, access rights, 
 }
 
 error_code accounting::dereg(ibv_mr* mr) noexcept {
+  // As memory_region::deregister: coverbs refuses first and clearly (the device would say EINVAL or EBUSY).
+  if (detail::windows_bound_to(mr) > 0) return errc::region_has_bound_windows;
   const auto length = static_cast<std::int64_t>(mr->length);
   error_code ec = verbs->dereg_mr(mr);
   if (!ec) {
+    detail::forget_region(mr);
     deregistered.fetch_add(1, std::memory_order_relaxed);
     bytes_held.fetch_sub(length, std::memory_order_relaxed);
   }
@@ -227,6 +232,11 @@ ibv_mr* registration_core::register_with_retry(request& r, ibv_pd* pd, std::span
 }
 
 void registration_core::do_rereg(request& r) noexcept {
+  // The device refuses to change a region with bound windows (rxe: EINVAL): say so before any verb runs.
+  if (detail::windows_bound_to(r.mr) > 0) {
+    r.ec = errc::region_has_bound_windows;
+    return;
+  }
   bool still_valid = true;
   r.ec = acct_->verbs->rereg_mr(r.mr, r.rereg_flags, r.pd, r.buffer, r.rights, still_valid);
   if (!r.ec) {
@@ -246,7 +256,7 @@ void registration_core::do_rereg(request& r) noexcept {
     r.ec = ec;
     return;
   }
-  if (const error_code old = acct_->dereg(r.mr)) { // e.g. EBUSY: windows still bound to the old region
+  if (const error_code old = acct_->dereg(r.mr)) { // the verb refused: keep the old region, drop the new
     acct_->dereg(fresh);
     r.ec = old;
     return;

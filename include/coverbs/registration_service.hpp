@@ -239,8 +239,9 @@ auto reg_shared(registration_service& service, protection_domain& pd, std::span<
 
 /// Deregisters `region` on a worker thread.
 /// @par Completion Signature
-/// `void(error_code, memory_region)`: on success the region is empty; on failure (EBUSY from
-/// ibv_dereg_mr(3): memory windows still bound) it is handed back, still registered.
+/// `void(error_code, memory_region)`: on success the region is empty; on failure it is handed back, still
+/// registered: `errc::region_has_bound_windows` (memory windows are still bound to it — invalidate them
+/// first; checked before the verb runs, as `memory_region::deregister`), or the errno of ibv_dereg_mr(3).
 /// @par Per-Operation Cancellation
 /// All types, only before the verb runs (the region is handed back); a running deregistration completes.
 /// @see ibv_dereg_mr(3)
@@ -253,7 +254,8 @@ auto dereg(registration_service& service, memory_region&& region, CompletionToke
 /// @par Completion Signature
 /// `void(error_code, rereg_result)`.
 /// @par Errors
-/// As `reg_mr` for the new parameters; the errno of ibv_rereg_mr(3) other than EOPNOTSUPP.
+/// `errc::region_has_bound_windows` (memory windows are still bound to the region: invalidate them first;
+/// nothing runs); as `reg_mr` for the new parameters; the errno of ibv_rereg_mr(3) other than EOPNOTSUPP.
 /// @par Per-Operation Cancellation
 /// All types, only before the verb runs; a running rereg completes.
 /// @see ibv_rereg_mr(3)

@@ -5,6 +5,7 @@
 // key works only through the queue pair that bound it). A refused remote access moves both queue pairs to
 // the error state, so each such check ends its test case (or section).
 #include <coverbs/memory_window.hpp>
+#include <coverbs/registration_service.hpp>
 #include <coverbs/window_pool.hpp>
 
 #include "../support/rc_pair.hpp"
@@ -15,6 +16,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <cstring>
+#include <tuple>
 
 namespace asio = boost::asio;
 namespace cv = coverbs;
@@ -289,6 +291,41 @@ TEST_CASE("deregistering a region with bound windows is refused until they are i
   mr.deregister(ec);
   CHECK_FALSE(ec);
   CHECK_FALSE(mr);
+}
+
+TEST_CASE("asynchronous dereg and rereg of a region with bound windows are refused and hand it back",
+          "[mw][dereg][reg]") {
+  rc_pair p;
+  cv::registration_service service(p.io.get_executor(), {.threads = 1});
+  std::vector<std::byte> bytes(8192), other(8192);
+  cv::memory_region mr(p.pd, bytes, region_rights);
+  const auto lkey = mr.lkey();
+  cv::memory_window w(p.pd, cv::window_type::type2);
+  cv::error_code ec;
+  cv::memory_region back;
+  p.run([&]() -> awaitable<void> {
+    co_await cv::bind_mw(p.a, w, mr, {0, 4096}, cv::access::remote_read);
+    std::tie(ec, back) = co_await cv::dereg(service, std::move(mr), asio::as_tuple(use_awaitable));
+  });
+  CHECK(ec == cv::errc::region_has_bound_windows);
+  REQUIRE(back);
+  CHECK(back.lkey() == lkey);  // the same registration, still registered
+  cv::rereg_result result;
+  const cv::rereg_request change{.buffer = std::span<std::byte>(other), .rights = region_rights};
+  p.run([&]() -> awaitable<void> {
+    std::tie(ec, result) = co_await cv::rereg(service, std::move(back), change, asio::as_tuple(use_awaitable));
+  });
+  CHECK(ec == cv::errc::region_has_bound_windows);
+  REQUIRE(result.region);
+  CHECK(result.region.lkey() == lkey);
+  CHECK(service.stats().registered == 0);  // the fallback did not register the new buffer for nothing
+  // Once the window is invalidated the region goes.
+  p.run([&]() -> awaitable<void> {
+    co_await cv::invalidate(p.a, w);
+    std::tie(ec, back) = co_await cv::dereg(service, std::move(result.region), asio::as_tuple(use_awaitable));
+  });
+  CHECK_FALSE(ec);
+  CHECK_FALSE(back);
 }
 
 namespace {
