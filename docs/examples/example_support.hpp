@@ -1,0 +1,337 @@
+#pragma once
+// What the example programs share: their command line (a role plus numeric options), a patient connect,
+// timing figures for the report, callback completions awaited one by one, and a loop runner with a watchdog.
+#include <coverbs/cm.hpp>
+#include <coverbs/error.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <exception>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace example {
+
+namespace asio = boost::asio;
+using coverbs::error_code;
+using clock = std::chrono::steady_clock;
+
+/// Awaitable operations that complete with their error code instead of throwing it.
+inline constexpr auto tuple = asio::as_tuple(asio::use_awaitable);
+
+// --- command line ---
+
+/// What the program does: everything in one process, or one side of it.
+enum class role { self_test, listen, connect };
+
+struct command_line {
+  role mode = role::self_test;
+  std::string address = "10.77.0.1";  ///< numeric IPv4/IPv6: the Soft-RoCE guest's rxe0 by default
+  std::uint16_t port = 0;             ///< 0 in self-test mode: the listener picks one
+
+  bool self_test() const noexcept { return mode == role::self_test; }
+  /// This process runs the server (--listen, --self-test).
+  bool serving() const noexcept { return mode != role::connect; }
+  /// This process runs clients (--connect, --self-test).
+  bool connecting() const noexcept { return mode != role::listen; }
+  /// The listener for a serving role: on `address` and `port` (0 in self-test mode: any free port).
+  std::optional<coverbs::listener> listen(const asio::any_io_executor& ex) const {
+    std::optional<coverbs::listener> l;
+    if (serving()) l.emplace(ex, address, port);
+    return l;
+  }
+};
+
+/// A `--name N` option holding a whole number in [min, max].
+struct numeric_option {
+  std::string_view name;
+  std::uint64_t* value;
+  std::uint64_t min, max;
+};
+
+namespace detail {
+
+inline bool parse_number(std::string_view text, std::uint64_t min, std::uint64_t max, std::uint64_t& out) {
+  if (text.empty() || text.size() > 19 || text.find_first_not_of("0123456789") != std::string_view::npos) return false;
+  const std::uint64_t n = std::strtoull(std::string(text).c_str(), nullptr, 10);
+  if (n < min || n > max) return false;
+  out = n;
+  return true;
+}
+
+inline bool numeric_address(const std::string& text) {
+  unsigned char bytes[16];
+  return inet_pton(AF_INET, text.c_str(), bytes) == 1 || inet_pton(AF_INET6, text.c_str(), bytes) == 1;
+}
+
+}  // namespace detail
+
+/// Parses `--help`, the role (`--self-test [--address ADDR]`, `--listen ADDR PORT`, `--connect ADDR PORT`)
+/// and `options`. Prints `usage` for --help, or the reason for bad input.
+/// @returns the exit status to leave with now (0 after --help, 2 for bad input), or nothing to go on.
+inline std::optional<int> parse_command_line(int argc, char** argv, std::string_view usage, command_line& out,
+                                             std::initializer_list<numeric_option> options) {
+  const std::string prog = argc > 0 ? argv[0] : "example";
+  auto bad = [&](const std::string& why) {
+    std::fprintf(stderr, "%s: %s\n(%s --help tells how to run it)\n", prog.c_str(), why.c_str(), prog.c_str());
+    return std::optional<int>(2);
+  };
+  bool have_role = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    const int left = argc - 1 - i;
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%.*sExit status: 0 every check held; 1 a check failed or an error occurred; 2 bad command line.\n",
+                  static_cast<int>(usage.size()), usage.data());
+      return 0;
+    }
+    if (arg == "--self-test" || arg == "--listen" || arg == "--connect") {
+      if (have_role) return bad("give one of --self-test, --listen and --connect");
+      have_role = true;
+      if (arg == "--self-test") continue;
+      if (left < 2) return bad(std::string(arg) + " takes an address and a port");
+      out.mode = arg == "--listen" ? role::listen : role::connect;
+      out.address = argv[++i];
+      std::uint64_t port = 0;
+      if (!detail::parse_number(argv[++i], 1, 65535, port))
+        return bad("the port must be a number from 1 to 65535 (got '" + std::string(argv[i]) + "')");
+      out.port = static_cast<std::uint16_t>(port);
+    } else if (arg == "--address") {
+      if (left < 1) return bad("--address takes a numeric IP address");
+      out.address = argv[++i];
+    } else {
+      const auto* o =
+          std::find_if(options.begin(), options.end(), [&](const numeric_option& o) { return o.name == arg; });
+      if (o == options.end()) return bad("unknown argument '" + std::string(arg) + "'");
+      if (left < 1 || !detail::parse_number(argv[i + 1], o->min, o->max, *o->value))
+        return bad(std::string(arg) + " takes a whole number from " + std::to_string(o->min) + " to " +
+                   std::to_string(o->max) + (left < 1 ? "" : " (got '" + std::string(argv[i + 1]) + "')"));
+      ++i;
+    }
+  }
+  if (!have_role) return bad("say what to run: --self-test, --listen ADDR PORT or --connect ADDR PORT");
+  if (!detail::numeric_address(out.address))
+    return bad("'" + out.address + "' is not a numeric IPv4 or IPv6 address (rdma_cm connects without name lookup)");
+  return std::nullopt;
+}
+
+/// The body of an example's `main`: parses the command line (as `parse_command_line`), then runs `run(cmd)`.
+/// An exception escaping it is printed as `name: what`. @returns the exit status.
+template <class Run>
+int run_main(int argc, char** argv, const char* name, std::string_view usage,
+             std::initializer_list<numeric_option> options, Run run) {
+  command_line cmd;
+  if (const std::optional<int> status = parse_command_line(argc, argv, usage, cmd, options)) return *status;
+  try {
+    return run(cmd);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", name, e.what());
+    return 1;
+  }
+}
+
+/// The device a listener is bound to, where a server makes its protection domain and completion queue.
+/// @throws system_error `errc::device_mismatch` when it listens on every device (0.0.0.0 or ::).
+inline coverbs::device& listening_device(coverbs::listener& l) {
+  if (!l.get_device())
+    throw coverbs::system_error(coverbs::make_error_code(coverbs::errc::device_mismatch),
+                                "listen on the address of one RDMA device (not on every address)");
+  return l.get_device();
+}
+
+// --- connecting ---
+
+/// `coverbs::async_connect` to `where`; a refused request (nobody listens there yet) is tried again every
+/// 100 ms for up to `patience`, so a client may be started together with its server.
+/// @returns the last try's error (success, or as `async_connect`) and the connection.
+inline asio::awaitable<std::tuple<error_code, coverbs::connection>>
+connect_patiently(asio::any_io_executor ex, command_line where, coverbs::connect_options options,
+                  std::chrono::milliseconds patience = std::chrono::seconds(10)) {
+  const auto give_up = clock::now() + patience;
+  for (;;) {
+    auto [ec, conn] = co_await coverbs::async_connect(ex, where.address, where.port, options, tuple);
+    if (ec != coverbs::errc::connection_refused || clock::now() >= give_up) co_return std::tuple(ec, std::move(conn));
+    asio::steady_timer pause(ex, std::chrono::milliseconds(100));
+    co_await pause.async_wait(tuple);
+  }
+}
+
+// --- timings ---
+
+/// Durations of one kind of step, in microseconds, summarised for the report.
+class timings {
+public:
+  void add(clock::duration d) { us_.push_back(std::chrono::duration<double, std::micro>(d).count()); }
+  std::size_t count() const noexcept { return us_.size(); }
+  /// The `p`-th percentile (0..100) in microseconds; 0 when empty.
+  double percentile(double p) const {
+    if (us_.empty()) return 0;
+    std::vector<double> sorted = us_;
+    std::sort(sorted.begin(), sorted.end());
+    return sorted[static_cast<std::size_t>(p / 100 * static_cast<double>(sorted.size() - 1) + 0.5)];
+  }
+  /// "n 1600, median 120.5 us, p99 480.2 us".
+  std::string summary() const {
+    char text[96];
+    std::snprintf(text, sizeof text, "n %zu, median %.1f us, p99 %.1f us", count(), percentile(50), percentile(99));
+    return text;
+  }
+  void merge(const timings& other) { us_.insert(us_.end(), other.us_.begin(), other.us_.end()); }
+
+private:
+  std::vector<double> us_;
+};
+
+/// Microseconds since `start`.
+inline double us_since(clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(clock::now() - start).count();
+}
+
+// --- completions awaited one by one ---
+
+/// One completion taken from `completions`: the error, the caller's tag, and the operation's value.
+template <class Value>
+struct completion {
+  error_code ec;
+  std::size_t tag = 0;
+  Value value{};
+};
+
+/// Operations started with callbacks (`handler(tag)` as their token), awaited one by one in the order they
+/// complete. Lets a coroutine keep receives or atomics posted ahead of time: on one queue pair, receives
+/// complete in the order they were posted (RC), so their tags come back in that order.
+///
+/// Lifetime: handlers share the state, so a completion arriving after this object is gone is harmless; the
+/// buffers the operations use must still outlive them (`drain()` first, once the queue pair is in the error
+/// state or every operation is known to complete).
+/// @par Thread Safety Use from the executor the operations complete on (the queue pair's).
+template <class Value>
+class completions {
+public:
+  explicit completions(const asio::any_io_executor& ex) : state_(std::make_shared<state>(ex)) {}
+
+  /// A completion token for one operation with signature `void(error_code, Value)`.
+  auto handler(std::size_t tag) {
+    ++state_->pending;
+    return [s = state_, tag](error_code ec, Value value) {
+      s->ready.push_back({ec, tag, std::move(value)});
+      s->wake.cancel();
+    };
+  }
+
+  /// Operations started and not yet taken.
+  std::size_t pending() const noexcept { return state_->pending; }
+
+  /// The next completion, waiting for it if none is there yet. Needs `pending() > 0`.
+  asio::awaitable<completion<Value>> next() {
+    const std::shared_ptr<state> s = state_;
+    while (s->ready.empty())
+      co_await s->wake.async_wait(tuple);
+    completion<Value> c = std::move(s->ready.front());
+    s->ready.pop_front();
+    --s->pending;
+    co_return c;
+  }
+
+  /// Takes every pending completion; returns how many of them failed.
+  asio::awaitable<std::size_t> drain() {
+    std::size_t failed = 0;
+    while (pending() > 0) {
+      const completion<Value> c = co_await next();
+      failed += c.ec ? 1 : 0;
+    }
+    co_return failed;
+  }
+
+private:
+  struct state {
+    explicit state(const asio::any_io_executor& ex) : wake(ex, clock::time_point::max()) {}
+    asio::steady_timer wake;  // never expires; cancelled to wake the waiter
+    std::deque<completion<Value>> ready;
+    std::size_t pending = 0;
+  };
+  std::shared_ptr<state> state_;
+};
+
+// --- running ---
+
+/// Coroutines spawned on one executor: how many ended, and how many of them by an exception (printed as
+/// `who: what`).
+struct task_group {
+  int started = 0, finished = 0, failed = 0;
+
+  /// Spawns `task` on `where` (an executor or an io_context).
+  template <class Where, class Awaitable>
+  void spawn(Where&& where, Awaitable task, const char* who) {
+    ++started;
+    asio::co_spawn(std::forward<Where>(where), std::move(task), [this, who](std::exception_ptr e) {
+      ++finished;
+      if (!e) return;
+      ++failed;
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        std::fprintf(stderr, "%s: %s\n", who, x.what());
+      }
+    });
+  }
+  bool all_done() const noexcept { return finished == started; }
+};
+
+/// How a run went.
+struct run_result {
+  bool finished = false;  ///< every task ended
+  double elapsed_us = 0;
+};
+
+/// Runs `io` until every task of `tasks` has ended; in self-test mode for `limit` at most (a line then says so).
+inline run_result run_tasks(asio::io_context& io, const task_group& tasks, const command_line& cmd,
+                            std::chrono::seconds limit = std::chrono::seconds(40)) {
+  const auto start = clock::now();
+  if (!cmd.self_test()) {
+    io.run();
+  } else {
+    const auto deadline = start + limit;
+    while (!tasks.all_done() && clock::now() < deadline) {
+      io.restart();
+      io.run_for(std::chrono::milliseconds(50));
+    }
+    if (!tasks.all_done()) std::printf("  did not finish within %lld s\n", static_cast<long long>(limit.count()));
+  }
+  return {tasks.all_done(), us_since(start)};
+}
+
+/// Prints the elapsed time, then "`what`: OK" or "`what`: FAILED". @returns the exit status, 0 or 1. When the
+/// tasks did not all finish, exits the process at once with 1 instead: their coroutines still hold connections
+/// on resources of the caller's frame, which must not be unwound in the wrong order.
+inline int verdict(const std::string& what, bool ok, const run_result& run) {
+  std::printf("  elapsed          : %.0f us\n%s: %s\n", run.elapsed_us, what.c_str(),
+              ok && run.finished ? "OK" : "FAILED");
+  if (!run.finished) {
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace example
