@@ -1,0 +1,1195 @@
+// memory_pool_server: the storage scenario — one large memory region over a memory pool, a type-2 memory
+// window per client and right, compaction that revokes every key, and clients that recover from it.
+//
+//   memory_pool_server --listen PORT [--address ADDR] [--pool-size BYTES] [--slot-size BYTES] [--json]
+//   memory_pool_server --connect ADDR PORT [--clients N] [--ops N] [--size BYTES] [--after-compaction] [--json]
+//   memory_pool_server --connect ADDR PORT --admin compact [--waiting N] | --admin shutdown
+//
+// Server: registers the pool (one memory region with local_write | remote_read | remote_write | mw_bind)
+// and listens through rdma_cm. The pool is two halves of slots; each client ("tenant", named by a 64-bit
+// id it picks) owns one slot of the current half. A tenant's keys are two leases from a window_pool,
+// bound through that client's own connection (a type-2 key works only through the queue pair that bound
+// it): a remote_write window it writes through and a remote_read window it reads back through.
+// Compaction revokes every window (each key is dead when its revocation completes), copies the live
+// slots, packed, into the other half, flips halves and binds fresh windows for every healthy connection.
+//
+// Client: each session connects, asks for its keys, writes --ops blocks of --size bytes through the write
+// window and reads each back through the read window, comparing the bytes. With --after-compaction it
+// then waits for the next compaction and carries on with the keys it has, as a client racing with
+// compaction would: its RDMA write through the revoked key fails with wc_errc::rem_access_err, which
+// moves its queue pair (and the server's end) to the error state. It recovers by asking again: it
+// reconnects, gets fresh keys, reads back what it wrote before the compaction (now in the other half)
+// and writes and verifies once more. An admin connection (any client may send the same control
+// messages) starts a compaction — once N sessions wait for one — or shuts the server down.
+//
+// Control messages are `message`s sent with IBV_WR_SEND over the same connection; the data moves with
+// RDMA write and read only. Every process prints its statistics at the end (one JSON line with --json).
+// Exit status: 0 when everything held, 1 when something failed, 2 for a bad command line.
+//
+// Standalone, in the Soft-RoCE guest (rdma_cm on rxe0's address 10.77.0.1; --help prints this too):
+//   tools/rxe-vm -- sh -c 'S=build/docs/memory_pool_server A="10.77.0.1 7471"
+//     rm -f /tmp/up; $S --listen 7471 --ready-file /tmp/up &
+//     until [ -s /tmp/up ]; do sleep 0.2; done
+//     $S --connect $A --clients 2 --after-compaction & c=$!
+//     $S --connect $A --admin compact --waiting 2; wait $c
+//     $S --connect $A --admin shutdown; wait'
+#include <coverbs/coverbs.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/channel.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <unistd.h>
+#include <vector>
+
+namespace asio = boost::asio;
+namespace cv = coverbs;
+using asio::awaitable;
+using asio::use_awaitable;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr auto tuple = asio::as_tuple(use_awaitable);
+using clock_type = std::chrono::steady_clock;
+
+double micros_since(clock_type::time_point start) {
+  return std::chrono::duration<double, std::micro>(clock_type::now() - start).count();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Control messages
+
+enum class command : std::uint32_t {
+  get_keys = 1,     ///< client → server: my keys (tenant); granted now if I have none on this connection
+  wait_compaction,  ///< client → server: reply when the next compaction is done
+  compact,          ///< admin → server: compact once `count` sessions wait for it
+  shutdown,         ///< admin → server: stop accepting, end every session, print statistics, exit
+  bye,              ///< client → server: I am done; free my slot
+  hello = 0x80,     ///< server → client, first on a connection: the server's receive is posted, go ahead
+  reply = 0x100,    ///< server → client, to any of the above
+};
+
+/// Why the server refused a request (`message::status`).
+enum class refusal : std::int32_t {
+  none = 0,
+  bad_request,
+  no_free_slot,
+  barrier_timed_out,
+  no_compaction,
+  shutting_down,
+  grant_failed
+};
+
+const char* to_string(refusal r) {
+  switch (r) {
+  case refusal::none: return "ok";
+  case refusal::bad_request: return "bad request";
+  case refusal::no_free_slot: return "no free slot in the pool (raise --pool-size or lower --slot-size)";
+  case refusal::barrier_timed_out: return "not enough sessions waited for the compaction within 60 s";
+  case refusal::no_compaction: return "no compaction came within 120 s";
+  case refusal::shutting_down: return "the server is shutting down";
+  case refusal::grant_failed: return "binding a window failed (see the server's output)";
+  }
+  return "unknown refusal";
+}
+
+/// One control message, either way. Sent as bytes (IBV_WR_SEND), so every field is in host byte order:
+/// both ends on machines of one endianness.
+struct message {
+  static constexpr std::uint32_t magic_value = 0x6d706f6f;  // "mpoo"
+  std::uint32_t magic = magic_value;
+  command op = command::reply;
+  refusal status = refusal::none;
+  std::uint32_t count = 0;        ///< compact: sessions to wait for
+  std::uint64_t tenant = 0;       ///< get_keys / bye: the client's id (kept across reconnects)
+  std::uint64_t generation = 0;   ///< reply: compactions done so far
+  cv::remote_key write_key{};     ///< reply to get_keys: {address, length in bytes, rkey}, remote_write
+  cv::remote_key read_key{};      ///< reply to get_keys: the same bytes, remote_read
+  std::uint64_t revoked = 0;      ///< reply to compact: windows revoked
+  std::uint64_t granted = 0;      ///< reply to compact: windows bound afresh
+  std::uint64_t moved_bytes = 0;  ///< reply to compact: bytes copied to the other half
+  std::uint64_t took_us = 0;      ///< reply to compact: revoke + copy + re-grant, microseconds
+};
+
+/// Keeps one receive posted ahead of the message it is for, so a peer's send never meets an empty receive
+/// queue: rdma_cm sets the RNR timer to its slowest, so a send that arrives early waits 655 ms before its
+/// retry. Completions go through a channel that the handler keeps alive, so a receive flushed after its
+/// owner is gone is harmless.
+///
+/// The first message on a connection is the server's hello, sent once the server's receive is posted; the
+/// client sends nothing before it. The client may post its own first receive only after registering its
+/// buffers, so it lowers its queue pair's RNR timer to 0.64 ms first (`shorten_rnr_timer`): a hello that
+/// arrives early is retried at once instead of after 655 ms.
+class receiver {
+public:
+  using channel = asio::experimental::channel<void(cv::error_code, cv::received)>;
+  explicit receiver(const asio::any_io_executor& ex) : channel_(std::make_shared<channel>(ex, 1)) {}
+
+  /// Posts a receive of at most `into.size()` bytes.
+  void post(cv::queue_pair& qp, cv::registered_span into) {
+    qp.async_recv(into, [ch = channel_](cv::error_code ec, cv::received r) { ch->try_send(ec, r); });
+  }
+  /// The result of the receive posted last: {error, received}.
+  awaitable<std::tuple<cv::error_code, cv::received>> next() { return channel_->async_receive(tuple); }
+
+private:
+  std::shared_ptr<channel> channel_;
+};
+
+/// Sleeps in steps of `step` until `done()` holds or `limit` has passed. @returns done().
+template <class Pred>
+awaitable<bool> wait_until(Pred done, clock_type::duration limit, clock_type::duration step = 2ms) {
+  const auto ex = co_await asio::this_coro::executor;
+  asio::steady_timer timer(ex);
+  const auto deadline = clock_type::now() + limit;
+  while (!done() && clock_type::now() < deadline) {
+    timer.expires_after(step);
+    co_await timer.async_wait(tuple);
+  }
+  co_return done();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Statistics
+
+/// Latency samples in microseconds.
+struct samples {
+  std::vector<double> values;
+  void add(double us) { values.push_back(us); }
+  double at(double q) const {
+    if (values.empty()) return 0;
+    std::vector<double> v = values;
+    std::sort(v.begin(), v.end());
+    return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+  }
+  std::string text() const {
+    if (values.empty()) return "none";
+    char b[128];
+    std::snprintf(b, sizeof b, "median %.1f, p99 %.1f, max %.1f (%zu)", at(0.5), at(0.99), at(1.0), values.size());
+    return b;
+  }
+  /// {count, median, p99, max, values}: the samples too, so results of several processes can be merged.
+  std::string json() const {
+    char b[160];
+    std::snprintf(b, sizeof b, "{\"count\":%zu,\"median\":%.1f,\"p99\":%.1f,\"max\":%.1f,\"values\":[", values.size(),
+                  at(0.5), at(0.99), at(1.0));
+    std::string out = b;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      std::snprintf(b, sizeof b, "%s%.1f", i ? "," : "", values[i]);
+      out += b;
+    }
+    return out + "]}";
+  }
+};
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+/// One flat JSON object, built field by field.
+class json_line {
+public:
+  json_line& add(const char* key, const std::string& raw_json) {
+    text_ += (text_.empty() ? "{" : ",") + json_string(key) + ":" + raw_json;
+    return *this;
+  }
+  json_line& str(const char* key, const std::string& s) { return add(key, json_string(s)); }
+  json_line& num(const char* key, std::uint64_t n) { return add(key, std::to_string(n)); }
+  json_line& real(const char* key, double d) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%.1f", d);
+    return add(key, b);
+  }
+  json_line& flag(const char* key, bool b) { return add(key, b ? "true" : "false"); }
+  json_line& list(const char* key, const std::vector<std::string>& items) {
+    std::string v = "[";
+    for (const auto& i : items)
+      v += (v.size() > 1 ? "," : "") + json_string(i);
+    return add(key, v + "]");
+  }
+  std::string done() const { return text_.empty() ? "{}" : text_ + "}"; }
+
+private:
+  std::string text_;
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// Server
+
+constexpr std::size_t message_bytes = sizeof(message);
+
+/// Queue-pair sizes of a control connection: a handful of sends and one receive in flight.
+cv::queue_pair_options small_queue_pair() {
+  cv::queue_pair_options q;
+  q.max_send_wr = 16;
+  q.max_recv_wr = 4;
+  return q;
+}
+
+struct server_config {
+  std::string address = "10.77.0.1";
+  std::uint16_t port = 7471;
+  std::size_t pool_size = 64u << 20;  ///< bytes, both halves
+  std::size_t slot_size = 1u << 20;   ///< bytes per tenant
+  std::string ready_file;             ///< written with the port once listening
+  bool json = false;
+};
+
+/// A client's storage: `slot_size` bytes at `offset` in the pool (in the current half).
+struct tenant {
+  std::size_t offset = 0;
+};
+
+/// One accepted connection. Destruction order matters: the leases are dead (revoked and awaited) before
+/// anything goes; the connection goes before its completion queue.
+struct session {
+  session(asio::io_context& io, cv::device& dev) : cq(io, dev, cq_options()), wake(io), in(io.get_executor()) {}
+  static cv::completion_queue_options cq_options() {
+    cv::completion_queue_options o;
+    o.depth = 64;
+    return o;
+  }
+
+  cv::completion_queue cq;
+  std::vector<std::byte> buffers = std::vector<std::byte>(2 * message_bytes);  ///< [inbox | outbox]
+  cv::memory_region mr;  ///< over `buffers`, in the server's protection domain
+  cv::connection conn;
+  cv::window_lease write_lease, read_lease;
+  std::uint64_t tenant_id = 0;  ///< 0: none yet (an admin connection)
+  bool waiting = false;         ///< parked in wait_compaction
+  asio::steady_timer wake;      ///< what a waiting session sleeps on; cancelled by a compaction
+  receiver in;
+
+  cv::registered_span inbox() const { return cv::span_of(mr, 0, message_bytes); }
+  cv::registered_span outbox() const { return cv::span_of(mr, message_bytes, message_bytes); }
+};
+
+/// The device a listener bound to one address serves (a listener on every device has none).
+/// @throws std::invalid_argument for a listener on every device.
+cv::device& bound_device(cv::listener& l) {
+  if (!l.get_device())
+    throw std::invalid_argument("--address must be the address of one RDMA device's interface, not a wildcard");
+  return l.get_device();
+}
+
+class pool_server {
+public:
+  pool_server(asio::io_context& io, const server_config& config)
+      : io_(io), config_(config), listener_(io.get_executor(), config.address, config.port, listener_options()),
+        pd_(bound_device(listener_)), pool_memory_(config.pool_size),
+        slots_per_half_(config.pool_size / 2 / config.slot_size), slot_used_(slots_per_half_, false) {}
+
+  /// Registers the pool, listens and serves until `stop()`; returns once every session has ended.
+  awaitable<void> run();
+  /// Stops accepting and ends every session (from the loop's thread).
+  void stop();
+  /// Prints the statistics (text, or one JSON line).
+  void report() const;
+
+private:
+  static cv::listener_options listener_options() {
+    cv::listener_options o;
+    o.connection.qp = small_queue_pair();
+    return o;
+  }
+  awaitable<void> serve(std::shared_ptr<session> s);
+  awaitable<message> handle(session& s, const message& request);
+  awaitable<message> get_keys(session& s, std::uint64_t tenant_id);
+  awaitable<message> compact(std::uint32_t waiters);
+  awaitable<message> wait_compaction(session& s);
+  awaitable<void> leave(std::uint64_t tenant_id);
+  awaitable<cv::error_code> grant(session& s);
+  awaitable<void> revoke(session& s, std::uint64_t& counter);
+
+  asio::io_context& io_;
+  server_config config_;
+  cv::listener listener_;  // first: its device view outlives everything below
+  cv::protection_domain pd_;
+  std::vector<std::byte> pool_memory_;
+  cv::memory_region pool_mr_;
+  std::optional<cv::window_pool> windows_;
+  std::list<std::shared_ptr<session>> sessions_;
+  std::map<std::uint64_t, tenant> tenants_;
+  std::size_t slots_per_half_;
+  std::vector<bool> slot_used_;  ///< slots of the current half
+  int half_ = 0;
+  std::uint64_t generation_ = 0;
+  bool compacting_ = false;
+  bool stopping_ = false;
+  std::size_t waiting_ = 0;      ///< sessions parked in wait_compaction
+  std::size_t revocations_ = 0;  ///< revocations in flight (`revoke`)
+  asio::cancellation_signal stop_accept_;
+
+  // statistics
+  std::uint64_t connections_ = 0, accept_errors_ = 0, sessions_ended_ = 0, requests_ = 0, control_bytes_ = 0;
+  std::uint64_t windows_granted_ = 0, windows_revoked_ = 0, revoked_by_compaction_ = 0, grant_failures_ = 0;
+  std::uint64_t bytes_exposed_ = 0, compactions_ = 0, moved_bytes_ = 0, tenants_seen_ = 0;
+  double registration_us_ = 0;
+  samples bind_us_, compaction_us_;
+  std::map<std::string, std::uint64_t> end_causes_;
+  std::vector<std::string> errors_;
+};
+
+awaitable<void> pool_server::run() {
+  const auto rights =
+      cv::access::local_write | cv::access::remote_read | cv::access::remote_write | cv::access::mw_bind;
+  const auto t0 = clock_type::now();
+  pool_mr_ = co_await cv::reg_mr(pd_, pool_memory_, rights);  // on a worker: the loop stays free
+  registration_us_ = micros_since(t0);
+  cv::window_pool_options wo;
+  wo.type = cv::window_type::type2;
+  wo.initial_windows = std::min<std::size_t>(4 * slots_per_half_, 64);
+  wo.max_windows = 4 * slots_per_half_ + 16;  // two per session, old and new sessions of a tenant overlapping
+  windows_.emplace(pd_, wo);
+
+  if (!config_.ready_file.empty()) {
+    std::ofstream(config_.ready_file + ".tmp") << listener_.local_port() << "\n";
+    std::rename((config_.ready_file + ".tmp").c_str(), config_.ready_file.c_str());
+  }
+  std::fprintf(stderr,
+               "memory_pool_server: listening on %s:%u (%s), pool %zu MiB in 2 halves of %zu slots of %zu KiB\n",
+               config_.address.c_str(), listener_.local_port(), listener_.get_device().name().c_str(),
+               config_.pool_size >> 20, slots_per_half_, config_.slot_size >> 10);
+
+  while (!stopping_) {
+    auto s = std::make_shared<session>(io_, listener_.get_device());
+    s->mr = cv::memory_region(pd_, s->buffers, cv::access::local_write);
+    cv::connection_options o = listener_options().connection;
+    o.pd = &pd_;
+    o.cq = &s->cq;
+    auto [ec, conn] = co_await listener_.async_accept(o, asio::bind_cancellation_slot(stop_accept_.slot(), tuple));
+    if (ec) {
+      if (stopping_) break;
+      ++accept_errors_;
+      errors_.push_back("accept: " + ec.message());
+      continue;
+    }
+    ++connections_;
+    s->conn = std::move(conn);
+    sessions_.push_back(s);
+    asio::co_spawn(io_, serve(s), [this](std::exception_ptr e) {
+      if (!e) return;
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        errors_.push_back(std::string("session: ") + x.what());
+      }
+    });
+  }
+  co_await wait_until([this] { return sessions_.empty(); }, 30s);
+}
+
+void pool_server::stop() {
+  if (stopping_) return;
+  stopping_ = true;
+  stop_accept_.emit(asio::cancellation_type::terminal);
+  for (const auto& s : sessions_) {
+    s->wake.cancel();
+    if (s->conn.connected()) s->conn.async_disconnect([s](cv::error_code) {});  // flushes its receive
+  }
+}
+
+awaitable<void> pool_server::serve(std::shared_ptr<session> s) {
+  s->in.post(s->conn.qp(), s->inbox());
+  message hello{.op = command::hello, .generation = generation_};
+  std::memcpy(s->outbox().data(), &hello, message_bytes);
+  auto [hello_ec, hello_bytes] = co_await s->conn.qp().async_send(s->outbox(), tuple);
+  control_bytes_ += hello_ec ? 0 : hello_bytes;
+  while (!hello_ec) {
+    auto [ec, r] = co_await s->in.next();
+    if (ec) break;  // the peer disconnected, or the queue pair went to the error state
+    message request;
+    std::memcpy(&request, s->inbox().data(), std::min<std::size_t>(r.bytes, message_bytes));
+    s->in.post(s->conn.qp(), s->inbox());  // ready for the next request before this one is answered
+    ++requests_;
+    control_bytes_ += r.bytes;
+    message reply{.status = refusal::bad_request};
+    if (r.bytes == message_bytes && request.magic == message::magic_value) reply = co_await handle(*s, request);
+    reply.op = command::reply;
+    std::memcpy(s->outbox().data(), &reply, message_bytes);
+    auto [send_ec, n] = co_await s->conn.qp().async_send(s->outbox(), tuple);
+    if (send_ec) break;
+    control_bytes_ += n;
+    if (request.op == command::shutdown && reply.status == refusal::none) stop();
+  }
+  // The end: every key this connection carried dies before the connection goes.
+  ++sessions_ended_;
+  const cv::error_code cause = s->conn.qp().error() ? s->conn.qp().error() : s->conn.error();
+  ++end_causes_[cause ? cause.message() : "ended"];
+  co_await revoke(*s, windows_revoked_);
+  if (s->conn.connected()) co_await s->conn.async_disconnect(tuple);
+  sessions_.remove(s);
+}
+
+awaitable<message> pool_server::handle(session& s, const message& request) {
+  switch (request.op) {
+  case command::get_keys: co_return co_await get_keys(s, request.tenant);
+  case command::wait_compaction: co_return co_await wait_compaction(s);
+  case command::compact: co_return co_await compact(request.count);
+  case command::shutdown: co_return message{.generation = generation_};
+  case command::bye: co_await leave(request.tenant); co_return message{.generation = generation_};
+  default: co_return message{.status = refusal::bad_request};
+  }
+}
+
+/// Takes the session's two leases and waits until both keys are dead; counts the live ones in `counter`.
+awaitable<void> pool_server::revoke(session& s, std::uint64_t& counter) {
+  cv::window_lease dying[] = {std::move(s.write_lease), std::move(s.read_lease)};  // the session holds none now
+  ++revocations_;
+  for (cv::window_lease& lease : dying) {
+    if (!lease) continue;
+    if (lease.active()) ++counter;
+    co_await lease.async_revoke();  // completes at once when already dead
+  }
+  --revocations_;
+}
+
+/// Binds a write and a read window over the session's tenant slot, through the session's queue pair.
+awaitable<cv::error_code> pool_server::grant(session& s) {
+  const auto t = tenants_.find(s.tenant_id);
+  if (t == tenants_.end()) co_return asio::error::not_found;  // the tenant left meanwhile
+  const cv::window_range range{t->second.offset, config_.slot_size};
+  const clock_type::duration no_time_limit{};
+  const std::pair<cv::window_lease*, cv::access> wanted[] = {{&s.write_lease, cv::access::remote_write},
+                                                             {&s.read_lease, cv::access::remote_read}};
+  for (const auto& [lease, right] : wanted) {
+    const auto t0 = clock_type::now();
+    auto [ec, granted] = co_await windows_->async_lease(s.conn.qp(), pool_mr_, range, right, no_time_limit, tuple);
+    if (ec) {
+      ++grant_failures_;
+      errors_.push_back("grant: " + ec.message());
+      co_return ec;
+    }
+    bind_us_.add(micros_since(t0));
+    *lease = std::move(granted);
+    ++windows_granted_;
+    bytes_exposed_ += config_.slot_size;
+  }
+  co_return cv::error_code{};
+}
+
+awaitable<message> pool_server::get_keys(session& s, std::uint64_t tenant_id) {
+  if (tenant_id == 0) co_return message{.status = refusal::bad_request};
+  if (stopping_) co_return message{.status = refusal::shutting_down};
+  for (;;) {
+    co_await wait_until([this] { return !compacting_; }, 60s);
+    if (!tenants_.count(tenant_id)) {
+      const auto free = std::find(slot_used_.begin(), slot_used_.end(), false);
+      if (free == slot_used_.end()) co_return message{.status = refusal::no_free_slot};
+      *free = true;
+      const std::size_t slot = static_cast<std::size_t>(free - slot_used_.begin());
+      tenants_[tenant_id] = tenant{(half_ * slots_per_half_ + slot) * config_.slot_size};
+      ++tenants_seen_;
+    }
+    const std::size_t offset = tenants_.at(tenant_id).offset;
+    const bool current = s.tenant_id == tenant_id && s.write_lease.active() && s.read_lease.active() &&
+                         s.write_lease.key().addr == reinterpret_cast<std::uint64_t>(pool_mr_.data() + offset);
+    if (!current) {
+      co_await revoke(s, windows_revoked_);
+      s.tenant_id = tenant_id;
+      const cv::error_code ec = co_await grant(s);
+      if (ec) co_return message{.status = refusal::grant_failed};
+    }
+    // A compaction that began while the windows were being bound has moved the slot: bind again.
+    if (!compacting_ && tenants_.count(tenant_id) && tenants_.at(tenant_id).offset == offset) break;
+    co_await revoke(s, windows_revoked_);
+  }
+  co_return message{.generation = generation_, .write_key = s.write_lease.key(), .read_key = s.read_lease.key()};
+}
+
+awaitable<message> pool_server::wait_compaction(session& s) {
+  const std::uint64_t before = generation_;
+  s.waiting = true;
+  ++waiting_;
+  s.wake.expires_after(120s);
+  co_await s.wake.async_wait(tuple);  // cancelled by the compaction (or by stop)
+  s.waiting = false;
+  --waiting_;
+  if (generation_ == before)
+    co_return message{.status = stopping_ ? refusal::shutting_down : refusal::no_compaction, .generation = generation_};
+  co_return message{.generation = generation_};
+}
+
+awaitable<message> pool_server::compact(std::uint32_t waiters) {
+  const bool quorum = co_await wait_until([&] { return waiting_ >= waiters || stopping_; }, 60s);
+  if (!quorum) co_return message{.status = refusal::barrier_timed_out};
+  co_await wait_until([this] { return !compacting_; }, 60s);
+  if (stopping_) co_return message{.status = refusal::shutting_down};
+  compacting_ = true;
+  const auto t0 = clock_type::now();
+  // 1. Revoke every key: once these complete no peer can touch the pool.
+  std::uint64_t revoked = 0;
+  const std::vector<std::shared_ptr<session>> all(sessions_.begin(), sessions_.end());
+  for (const auto& s : all)
+    co_await revoke(*s, revoked);
+  co_await wait_until([this] { return revocations_ == 0; }, 60s);  // those begun elsewhere (sessions ending)
+  // 2. Copy the live slots, packed, into the other half.
+  const int to = 1 - half_;
+  std::vector<bool> used(slots_per_half_, false);
+  std::size_t next = 0, moved = 0;
+  for (auto& [id, t] : tenants_) {
+    const std::size_t offset = (to * slots_per_half_ + next) * config_.slot_size;
+    std::memcpy(pool_memory_.data() + offset, pool_memory_.data() + t.offset, config_.slot_size);
+    t.offset = offset;
+    used[next++] = true;
+    moved += config_.slot_size;
+  }
+  half_ = to;
+  slot_used_ = std::move(used);
+  ++generation_;
+  // 3. Fresh keys for every connection that can still carry them.
+  std::uint64_t granted = 0;
+  for (const auto& s : all) {
+    if (!s->tenant_id || !tenants_.count(s->tenant_id) || !s->conn.connected() || s->conn.qp().error()) continue;
+    const cv::error_code ec = co_await grant(*s);
+    if (!ec) granted += 2;
+  }
+  compacting_ = false;
+  const double took = micros_since(t0);
+  ++compactions_;
+  moved_bytes_ += moved;
+  revoked_by_compaction_ += revoked;
+  windows_revoked_ += revoked;
+  compaction_us_.add(took);
+  for (const auto& s : sessions_)
+    if (s->waiting) s->wake.cancel();
+  co_return message{.generation = generation_,
+                    .revoked = revoked,
+                    .granted = granted,
+                    .moved_bytes = moved,
+                    .took_us = static_cast<std::uint64_t>(took)};
+}
+
+awaitable<void> pool_server::leave(std::uint64_t tenant_id) {
+  co_await wait_until([this] { return !compacting_; }, 60s);
+  auto it = tenants_.find(tenant_id);
+  if (it == tenants_.end()) co_return;
+  const std::vector<std::shared_ptr<session>> all(sessions_.begin(), sessions_.end());
+  for (const auto& s : all)
+    if (s->tenant_id == tenant_id) {
+      co_await revoke(*s, windows_revoked_);
+      s->tenant_id = 0;
+    }
+  it = tenants_.find(tenant_id);
+  if (it == tenants_.end()) co_return;
+  const std::size_t slot = it->second.offset / config_.slot_size - half_ * slots_per_half_;
+  if (slot < slot_used_.size()) slot_used_[slot] = false;
+  tenants_.erase(it);
+}
+
+void pool_server::report() const {
+  const cv::window_counters w = cv::window_statistics();
+  if (config_.json) {
+    json_line j;
+    j.str("role", "server")
+        .num("connections", connections_)
+        .num("accept_errors", accept_errors_)
+        .num("sessions_ended", sessions_ended_)
+        .num("tenants", tenants_seen_)
+        .num("requests", requests_)
+        .num("control_bytes", control_bytes_)
+        .num("pool_bytes", config_.pool_size)
+        .real("registration_us", registration_us_)
+        .num("windows_granted", windows_granted_)
+        .num("windows_revoked", windows_revoked_)
+        .num("revoked_by_compaction", revoked_by_compaction_)
+        .num("grant_failures", grant_failures_)
+        .num("bytes_exposed", bytes_exposed_)
+        .add("bind_us", bind_us_.json())
+        .num("compactions", compactions_)
+        .num("moved_bytes", moved_bytes_)
+        .add("compaction_us", compaction_us_.json())
+        .num("binds", w.binds)
+        .num("binds_failed", w.binds_failed)
+        .num("invalidations", w.invalidations)
+        .num("windows_replaced", w.windows_replaced)
+        .num("windows_bound_at_exit", w.windows_bound);
+    std::vector<std::string> causes;
+    for (const auto& [cause, n] : end_causes_)
+      causes.push_back(std::to_string(n) + " x " + cause);
+    j.list("session_end_causes", causes).list("errors", errors_);
+    std::printf("%s\n", j.done().c_str());
+    return;
+  }
+  std::printf("memory_pool_server statistics\n");
+  std::printf("  connections       : %" PRIu64 " accepted (%" PRIu64 " tenants), %" PRIu64 " ended, %" PRIu64
+              " accept errors\n",
+              connections_, tenants_seen_, sessions_ended_, accept_errors_);
+  for (const auto& [cause, n] : end_causes_)
+    std::printf("    ended %" PRIu64 " x: %s\n", n, cause.c_str());
+  std::printf("  pool              : %zu bytes registered in %.1f us\n", config_.pool_size, registration_us_);
+  std::printf("  windows           : %" PRIu64 " granted, %" PRIu64 " revoked (%" PRIu64 " by compaction), %" PRIu64
+              " grant failures, %" PRIu64 " bytes exposed\n",
+              windows_granted_, windows_revoked_, revoked_by_compaction_, grant_failures_, bytes_exposed_);
+  std::printf("  bind latency (us) : %s\n", bind_us_.text().c_str());
+  std::printf("  compactions       : %" PRIu64 ", %" PRIu64 " bytes moved, took (us) %s\n", compactions_, moved_bytes_,
+              compaction_us_.text().c_str());
+  std::printf("  control messages  : %" PRIu64 " requests, %" PRIu64 " bytes\n", requests_, control_bytes_);
+  std::printf("  device counters   : %" PRIu64 " binds, %" PRIu64 " invalidations, %" PRIu64
+              " windows replaced, %" PRIu64 " bound at exit\n",
+              w.binds, w.invalidations, w.windows_replaced, w.windows_bound);
+  for (const auto& e : errors_)
+    std::printf("  error: %s\n", e.c_str());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Client
+
+struct client_config {
+  std::string host;
+  std::string port;
+  int clients = 2;
+  std::size_t ops = 16;
+  std::size_t size = 4096;  ///< bytes per operation
+  bool after_compaction = false;
+  std::string admin;  ///< "", "compact" or "shutdown"
+  std::uint32_t waiting = 0;
+  bool json = false;
+};
+
+/// Everything a client session's statistics add up to (summed over sessions).
+struct client_stats {
+  std::uint64_t sessions = 0, sessions_ok = 0, connections = 0, reconnects = 0;
+  std::uint64_t ops_verified = 0, verify_failures = 0, bytes_written = 0, bytes_read = 0, control_bytes = 0;
+  std::uint64_t expected_errors = 0, expected_errors_seen = 0;
+  std::uint64_t recovered = 0, fresh_keys = 0, data_intact = 0, moved = 0;
+  samples connect_us, registration_us, keys_us, recover_us, phase1_us, phase2_us;
+  std::vector<std::string> unexpected;
+};
+
+/// A connection plus the client's registered memory in its protection domain:
+/// [inbox | outbox | out: size bytes | in: size bytes]. The region goes before the connection.
+struct link {
+  cv::connection conn;
+  std::vector<std::byte> memory;
+  cv::memory_region mr;
+  std::optional<receiver> in;
+  std::size_t size = 0;
+
+  cv::registered_span inbox() const { return cv::span_of(mr, 0, message_bytes); }
+  cv::registered_span outbox() const { return cv::span_of(mr, message_bytes, message_bytes); }
+  cv::registered_span out() const { return cv::span_of(mr, 2 * message_bytes, size); }
+  cv::registered_span in_data() const { return cv::span_of(mr, 2 * message_bytes + size, size); }
+};
+
+/// Thrown for whatever ends a session early; `what()` says which step.
+struct step_failed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// RNR NAK timer code 12 (0.64 ms) instead of rdma_cm's 0 (655.36 ms), on an established queue pair
+/// (RTS → RTS with IBV_QP_MIN_RNR_TIMER). @throws system_error with the errno of ibv_modify_qp(3).
+void shorten_rnr_timer(cv::queue_pair& qp) {
+  ibv_qp_attr attr{};
+  attr.min_rnr_timer = 12;
+  qp.modify(attr, IBV_QP_MIN_RNR_TIMER);
+}
+
+awaitable<std::unique_ptr<link>> open_link(const client_config& c, client_stats& st) {
+  const auto ex = co_await asio::this_coro::executor;
+  cv::connect_options o;
+  o.qp = small_queue_pair();
+  const auto t0 = clock_type::now();
+  auto [ec, conn] = co_await cv::async_connect(ex, c.host, c.port, o, tuple);
+  if (ec) throw step_failed("connect to " + c.host + ":" + c.port + ": " + ec.message());
+  st.connect_us.add(micros_since(t0));
+  ++st.connections;
+  auto l = std::make_unique<link>();
+  l->conn = std::move(conn);
+  shorten_rnr_timer(l->conn.qp());
+  l->size = c.size;
+  l->memory.resize(2 * message_bytes + 2 * c.size);
+  const auto t1 = clock_type::now();
+  auto [reg_ec, mr] = co_await cv::reg_mr(l->conn.pd(), l->memory, cv::access::local_write, tuple);
+  if (reg_ec) throw step_failed("register " + std::to_string(l->memory.size()) + " bytes: " + reg_ec.message());
+  st.registration_us.add(micros_since(t1));
+  l->mr = std::move(mr);
+  l->in.emplace(ex);
+  l->in->post(l->conn.qp(), l->inbox());
+  auto [hello_ec, r] = co_await l->in->next();
+  message hello;
+  std::memcpy(&hello, l->inbox().data(), message_bytes);
+  if (hello_ec) throw step_failed("wait for the server's hello: " + hello_ec.message());
+  if (r.bytes != message_bytes || hello.magic != message::magic_value || hello.op != command::hello)
+    throw step_failed("the peer is not a memory_pool_server (no hello)");
+  l->in->post(l->conn.qp(), l->inbox());
+  st.control_bytes += r.bytes;
+  co_return l;
+}
+
+awaitable<void> close_link(link& l) {
+  if (l.conn.connected()) co_await l.conn.async_disconnect(tuple);
+}
+
+/// Sends `request` and waits for the reply. @throws step_failed on a transport error or a refusal.
+awaitable<message> call(link& l, message request, client_stats& st) {
+  std::memcpy(l.outbox().data(), &request, message_bytes);
+  auto [ec, n] = co_await l.conn.qp().async_send(l.outbox(), tuple);
+  if (ec) throw step_failed("send request: " + ec.message());
+  auto [recv_ec, r] = co_await l.in->next();
+  if (recv_ec) throw step_failed("receive reply: " + recv_ec.message());
+  message reply;
+  std::memcpy(&reply, l.inbox().data(), message_bytes);
+  l.in->post(l.conn.qp(), l.inbox());
+  st.control_bytes += n + r.bytes;
+  if (r.bytes != message_bytes || reply.magic != message::magic_value || reply.op != command::reply)
+    throw step_failed("malformed reply");
+  if (reply.status != refusal::none) throw step_failed(std::string("server refused: ") + to_string(reply.status));
+  co_return reply;
+}
+
+/// The bytes operation `op` of round `round` writes: a pattern no other tenant, round or op repeats.
+void fill_pattern(std::span<std::byte> out, std::uint64_t tenant_id, int round, std::size_t op) {
+  std::uint64_t x = tenant_id * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(round) * 0x100000001b3ull + op;
+  for (auto& b : out) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    b = static_cast<std::byte>(x);
+  }
+}
+
+/// Reads block `op` back through `read_key` and compares it with what round `round` wrote there.
+awaitable<bool> read_and_verify(link& l, const cv::remote_key& read_key, std::uint64_t tenant_id, int round,
+                                std::size_t op, client_stats& st) {
+  const cv::remote_key block = read_key.slice(op * l.size, l.size);
+  auto [ec, n] = co_await l.conn.qp().async_read(l.in_data(), block, tuple);
+  if (ec) throw step_failed("RDMA read through the read window: " + ec.message());
+  st.bytes_read += n;
+  fill_pattern(l.out().bytes, tenant_id, round, op);
+  const bool same = std::memcmp(l.out().data(), l.in_data().data(), l.size) == 0;
+  ++(same ? st.ops_verified : st.verify_failures);
+  co_return same;
+}
+
+/// `ops` blocks: write each through the write window, read it back through the read window, compare.
+awaitable<bool> write_and_verify(link& l, const message& keys, std::uint64_t tenant_id, int round,
+                                 const client_config& c, client_stats& st) {
+  bool all = true;
+  for (std::size_t op = 0; op < c.ops; ++op) {
+    fill_pattern(l.out().bytes, tenant_id, round, op);
+    const cv::remote_key block = keys.write_key.slice(op * c.size, c.size);
+    auto [ec, n] = co_await l.conn.qp().async_write(l.out(), block, tuple);
+    if (ec) throw step_failed("RDMA write through the write window: " + ec.message());
+    st.bytes_written += n;
+    const bool same = co_await read_and_verify(l, keys.read_key, tenant_id, round, op, st);
+    all = all && same;
+  }
+  co_return all;
+}
+
+awaitable<message> ask_for_keys(link& l, std::uint64_t tenant_id, const client_config& c, client_stats& st) {
+  const message request{.op = command::get_keys, .tenant = tenant_id};
+  const auto t0 = clock_type::now();
+  const message reply = co_await call(l, request, st);
+  st.keys_us.add(micros_since(t0));
+  if (reply.write_key.length < c.ops * c.size || reply.read_key.length < c.ops * c.size)
+    throw step_failed("--ops x --size (" + std::to_string(c.ops * c.size) + " bytes) exceeds the server's window (" +
+                      std::to_string(reply.write_key.length) + " bytes): lower them or raise --slot-size");
+  co_return reply;
+}
+
+/// Records what went wrong in session `index`.
+void note(client_stats& st, int index, const std::string& what) {
+  st.unexpected.push_back("session " + std::to_string(index) + ": " + what);
+}
+
+/// After the compaction: writes through the revoked key from `keys` (it must fail with rem_access_err),
+/// then recovers — reconnects if the error closed the queue pair, asks for the keys again, reads back
+/// round 1 at the slot's new place and writes and verifies round 2. @returns true when all that held.
+awaitable<bool> use_revoked_key_and_recover(std::unique_ptr<link>& l, const message& keys, std::uint64_t tenant_id,
+                                            int index, const client_config& c, client_stats& st) {
+  bool ok = true;
+  ++st.expected_errors;
+  const auto t0 = clock_type::now();
+  auto [stale, n] = co_await l->conn.qp().async_write(l->out(), keys.write_key.slice(0, c.size), tuple);
+  if (stale == cv::wc_errc::rem_access_err) {
+    ++st.expected_errors_seen;
+  } else {
+    ok = false;
+    note(st, index,
+         "a write through the revoked key gave '" + (stale ? stale.message() : std::string("success")) +
+             "', not rem_access_err");
+  }
+  if (!l->conn.connected() || l->conn.qp().error()) {  // a remote access error leaves it in the error state
+    co_await close_link(*l);
+    l.reset();
+    l = co_await open_link(c, st);
+    ++st.reconnects;
+  }
+  const message fresh = co_await ask_for_keys(*l, tenant_id, c, st);
+  const bool new_keys = fresh.write_key.rkey != keys.write_key.rkey && fresh.read_key.rkey != keys.read_key.rkey &&
+                        fresh.generation > keys.generation;
+  st.fresh_keys += new_keys;
+  st.moved += fresh.write_key.addr != keys.write_key.addr;
+  if (!new_keys) note(st, index, "the keys after the compaction are not fresh");
+  bool intact = true;
+  for (std::size_t op = 0; op < c.ops; ++op) {
+    const bool same = co_await read_and_verify(*l, fresh.read_key, tenant_id, 1, op, st);
+    intact = intact && same;
+  }
+  st.recover_us.add(micros_since(t0));
+  st.data_intact += intact;
+  if (!intact) note(st, index, "data written before the compaction did not survive it");
+  const auto t1 = clock_type::now();
+  const bool second = co_await write_and_verify(*l, fresh, tenant_id, 2, c, st);
+  st.phase2_us.add(micros_since(t1));
+  if (!second) note(st, index, "data written after recovery read back differently");
+  const bool recovered = new_keys && intact && second;
+  st.recovered += recovered;
+  co_return ok&& recovered;
+}
+
+/// One client session: the scenario from the file comment. Records into `st`; never throws.
+awaitable<void> client_session(const client_config& c, std::uint64_t tenant_id, int index, client_stats& st) {
+  ++st.sessions;
+  std::unique_ptr<link> l;
+  try {
+    l = co_await open_link(c, st);
+    const message keys = co_await ask_for_keys(*l, tenant_id, c, st);
+    const auto t0 = clock_type::now();
+    bool ok = co_await write_and_verify(*l, keys, tenant_id, 1, c, st);
+    st.phase1_us.add(micros_since(t0));
+    if (!ok) note(st, index, "data read back through the read window differs from what was written");
+    if (c.after_compaction) {
+      const message wait{.op = command::wait_compaction};
+      co_await call(*l, wait, st);
+      // Carry on with the keys from before the compaction, as a client racing with it would.
+      const bool recovered = co_await use_revoked_key_and_recover(l, keys, tenant_id, index, c, st);
+      ok = ok && recovered;
+    }
+    const message bye{.op = command::bye, .tenant = tenant_id};
+    co_await call(*l, bye, st);
+    st.sessions_ok += ok;
+  } catch (const std::exception& e) {
+    note(st, index, e.what());
+  }
+  if (l) co_await close_link(*l);
+}
+
+/// An admin request on a connection of its own; prints the reply. @returns true when the server agreed.
+awaitable<bool> admin(const client_config& c, client_stats& st) {
+  std::unique_ptr<link> l;
+  bool ok = false;
+  std::string line;
+  try {
+    l = co_await open_link(c, st);
+    const command op = c.admin == "compact" ? command::compact : command::shutdown;
+    const auto t0 = clock_type::now();
+    const message request{.op = op, .count = c.waiting};
+    const message reply = co_await call(*l, request, st);
+    const double us = micros_since(t0);
+    json_line j;
+    j.str("role", "admin").str("command", c.admin).str("status", "ok").num("generation", reply.generation);
+    if (op == command::compact)
+      j.num("waiting", c.waiting)
+          .num("revoked", reply.revoked)
+          .num("granted", reply.granted)
+          .num("moved_bytes", reply.moved_bytes)
+          .num("compaction_us", reply.took_us);
+    j.real("request_us", us);
+    line = c.json ? j.done()
+           : op == command::compact
+               ? "compaction " + std::to_string(reply.generation) + ": revoked " + std::to_string(reply.revoked) +
+                     " windows, copied " + std::to_string(reply.moved_bytes) + " bytes, granted " +
+                     std::to_string(reply.granted) + " fresh windows in " + std::to_string(reply.took_us) + " us"
+               : "server is shutting down";
+    ok = true;
+  } catch (const std::exception& e) {
+    line = c.json ? json_line().str("role", "admin").str("command", c.admin).str("status", e.what()).done()
+                  : std::string("memory_pool_server: ") + c.admin + ": " + e.what();
+  }
+  std::printf("%s\n", line.c_str());
+  if (l) co_await close_link(*l);
+  co_return ok;
+}
+
+void print_client(const client_config& c, const client_stats& st, double wall_us) {
+  if (c.json) {
+    json_line j;
+    j.str("role", "client")
+        .num("pid", static_cast<std::uint64_t>(getpid()))
+        .num("sessions", st.sessions)
+        .num("sessions_ok", st.sessions_ok)
+        .num("ops", c.ops)
+        .num("size", c.size)
+        .flag("after_compaction", c.after_compaction)
+        .num("connections", st.connections)
+        .num("reconnects", st.reconnects)
+        .num("ops_verified", st.ops_verified)
+        .num("verify_failures", st.verify_failures)
+        .num("bytes_written", st.bytes_written)
+        .num("bytes_read", st.bytes_read)
+        .num("control_bytes", st.control_bytes)
+        .num("expected_errors", st.expected_errors)
+        .num("expected_errors_seen", st.expected_errors_seen)
+        .num("recovered", st.recovered)
+        .num("fresh_keys", st.fresh_keys)
+        .num("data_intact", st.data_intact)
+        .num("moved", st.moved)
+        .add("connect_us", st.connect_us.json())
+        .add("registration_us", st.registration_us.json())
+        .add("keys_us", st.keys_us.json())
+        .add("phase1_us", st.phase1_us.json())
+        .add("recover_us", st.recover_us.json())
+        .add("phase2_us", st.phase2_us.json())
+        .real("wall_us", wall_us)
+        .list("unexpected_errors", st.unexpected);
+    std::printf("%s\n", j.done().c_str());
+    return;
+  }
+  std::printf("memory_pool_server client: %" PRIu64 "/%" PRIu64 " sessions held in %.1f ms\n", st.sessions_ok,
+              st.sessions, wall_us / 1000);
+  std::printf("  connections        : %" PRIu64 " (%" PRIu64 " after the revoked key broke one)\n", st.connections,
+              st.reconnects);
+  std::printf("  data               : %" PRIu64 " bytes written, %" PRIu64 " read, %" PRIu64
+              " blocks verified, %" PRIu64 " differed\n",
+              st.bytes_written, st.bytes_read, st.ops_verified, st.verify_failures);
+  if (c.after_compaction)
+    std::printf("  after compaction   : revoked key refused %" PRIu64 "/%" PRIu64
+                " (rem_access_err, expected); %" PRIu64 " fresh keys, %" PRIu64 " moved, %" PRIu64 " intact, %" PRIu64
+                " recovered\n",
+                st.expected_errors_seen, st.expected_errors, st.fresh_keys, st.moved, st.data_intact, st.recovered);
+  std::printf("  connect (us)       : %s\n", st.connect_us.text().c_str());
+  std::printf("  registration (us)  : %s\n", st.registration_us.text().c_str());
+  std::printf("  keys round trip(us): %s\n", st.keys_us.text().c_str());
+  if (c.after_compaction) std::printf("  recovery (us)      : %s\n", st.recover_us.text().c_str());
+  for (const auto& e : st.unexpected)
+    std::printf("  error: %s\n", e.c_str());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Command line
+
+int usage(const char* prog, const std::string& why = {}) {
+  std::FILE* out = why.empty() ? stdout : stderr;
+  if (!why.empty()) std::fprintf(stderr, "%s: %s\n", prog, why.c_str());
+  std::fprintf(out,
+               "usage: %s --listen PORT [--address ADDR] [--pool-size BYTES] [--slot-size BYTES]\n"
+               "                  [--ready-file FILE] [--json]\n"
+               "       %s --connect ADDR PORT [--clients N] [--ops N] [--size BYTES] [--after-compaction] [--json]\n"
+               "       %s --connect ADDR PORT --admin compact [--waiting N] | --admin shutdown  [--json]\n",
+               prog, prog, prog);
+  if (!why.empty()) return 2;
+  std::fprintf(out, "\n"
+                    "A storage server over one registered memory pool: each client gets a type-2 memory window to\n"
+                    "write through and one to read through, over a slot of its own; a compaction revokes every\n"
+                    "window, moves the slots and grants fresh keys; a client that uses a revoked key gets\n"
+                    "rem_access_err and recovers by reconnecting and asking again.\n"
+                    "\n"
+                    "Server\n"
+                    "  --listen PORT        rdma_cm port (0: any free one; see --ready-file)\n"
+                    "  --address ADDR       numeric address of the RDMA device to serve on (default 10.77.0.1,\n"
+                    "                       the Soft-RoCE guest's rxe0)\n"
+                    "  --pool-size BYTES    the registered pool, both halves (default 64M; K, M, G suffixes)\n"
+                    "  --slot-size BYTES    one tenant's storage (default 1M); tenants: pool / 2 / slot\n"
+                    "  --ready-file FILE    write the listening port to FILE once ready\n"
+                    "  Stops on SIGINT / SIGTERM or an admin shutdown, then prints its statistics.\n"
+                    "Client\n"
+                    "  --connect ADDR PORT  the server (numeric address)\n"
+                    "  --clients N          sessions in this process, each a connection and tenant (default 2)\n"
+                    "  --ops N              blocks written and read back per round (default 16)\n"
+                    "  --size BYTES         bytes per block (default 4096); ops x size must fit a slot\n"
+                    "  --after-compaction   wait for a compaction, use the revoked key (expect rem_access_err),\n"
+                    "                       recover: reconnect, fresh keys, old data intact, new data verified\n"
+                    "Admin (any client may send these)\n"
+                    "  --admin compact      compact now, or once --waiting N sessions wait for a compaction\n"
+                    "  --admin shutdown     end every session; the server prints its statistics and exits\n"
+                    "Both\n"
+                    "  --json               print the statistics as one JSON line\n"
+                    "\n"
+                    "Exit status: 0 when every step held, 1 when one failed, 2 for a bad command line.\n"
+                    "\n"
+                    "In the Soft-RoCE guest (tools/rxe-vm boots it; rdma_cm works on 10.77.0.1):\n"
+                    "  tools/rxe-vm -- sh -c 'S=build/docs/memory_pool_server A=\"10.77.0.1 7471\"\n"
+                    "    rm -f /tmp/up; $S --listen 7471 --ready-file /tmp/up &\n"
+                    "    until [ -s /tmp/up ]; do sleep 0.2; done\n"
+                    "    $S --connect $A --clients 2 --after-compaction & c=$!\n"
+                    "    $S --connect $A --admin compact --waiting 2; wait $c\n"
+                    "    $S --connect $A --admin shutdown; wait'\n"
+                    "On a host with an RDMA device, use its address for --address and --connect.\n");
+  return 0;
+}
+
+/// Parses a decimal count with an optional K, M or G (binary) suffix, within [lo, hi].
+std::optional<std::uint64_t> parse_number(const char* text, std::uint64_t lo, std::uint64_t hi) {
+  if (*text < '0' || *text > '9') return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long n = std::strtoull(text, &end, 10);
+  if (errno) return std::nullopt;
+  int shift = 0;
+  if (*end == 'K' || *end == 'k') shift = 10;
+  if (*end == 'M' || *end == 'm') shift = 20;
+  if (*end == 'G' || *end == 'g') shift = 30;
+  if (shift) ++end;
+  if (*end || n > (hi >> shift)) return std::nullopt;
+  n <<= shift;
+  if (n < lo) return std::nullopt;
+  return n;
+}
+
+int run_server(const server_config& config) {
+  asio::io_context io;
+  std::optional<pool_server> server;
+  try {
+    server.emplace(io, config);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "memory_pool_server: %s\n", e.what());
+    return 1;
+  }
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](cv::error_code ec, int) {
+    if (!ec) server->stop();
+  });
+  std::exception_ptr failure;
+  asio::co_spawn(io, server->run(), [&](std::exception_ptr e) {
+    failure = e;
+    signals.cancel();
+  });
+  io.run();
+  server->report();
+  if (failure) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "memory_pool_server: %s\n", e.what());
+    }
+    return 1;
+  }
+  return 0;
+}
+
+int run_client(const client_config& config) {
+  asio::io_context io;
+  client_stats st;
+  const auto t0 = clock_type::now();
+  if (!config.admin.empty()) {
+    bool ok = false;
+    asio::co_spawn(io, admin(config, st), [&](std::exception_ptr e, bool r) { ok = !e && r; });
+    io.run();
+    return ok ? 0 : 1;
+  }
+  std::random_device seed;
+  for (int i = 0; i < config.clients; ++i) {
+    const std::uint64_t tenant_id = (static_cast<std::uint64_t>(seed()) << 32 | seed()) | 1;  // never 0
+    asio::co_spawn(io, client_session(config, tenant_id, i, st), [&](std::exception_ptr e) {
+      if (e) st.unexpected.push_back("a session ended with an exception");
+    });
+  }
+  io.run();
+  print_client(config, st, micros_since(t0));
+  const bool held =
+      st.sessions_ok == st.sessions && st.unexpected.empty() && st.expected_errors_seen == st.expected_errors;
+  return held ? 0 : 1;
+}
+
+}  // namespace
+
+/// A numeric command-line option: its range, what the message calls it, and where the value goes.
+struct numeric_option {
+  const char* name;
+  std::uint64_t lo, hi;
+  const char* takes;  ///< for the message: "--NAME takes ..."
+  bool server;        ///< a server option (else a client one)
+  std::function<void(std::uint64_t)> set;
+};
+
+int main(int argc, char** argv) {
+  const char* prog = "memory_pool_server";
+  server_config server;
+  client_config client;
+  bool listen = false, connect = false, client_only = false, server_only = false;
+  const numeric_option numeric[] = {
+      {"--listen", 0, 65535, "a port from 0 to 65535", true, [&](auto n) { server.port = std::uint16_t(n); }},
+      {"--pool-size", 4096, 64ull << 30, "bytes from 4K to 64G", true, [&](auto n) { server.pool_size = n; }},
+      {"--slot-size", 64, 1ull << 30, "bytes from 64 to 1G", true, [&](auto n) { server.slot_size = n; }},
+      {"--clients", 1, 64, "a count from 1 to 64", false, [&](auto n) { client.clients = int(n); }},
+      {"--ops", 1, 1u << 20, "a count from 1 to 1048576", false, [&](auto n) { client.ops = n; }},
+      {"--size", 1, 1ull << 30, "bytes from 1 to 1G", false, [&](auto n) { client.size = n; }},
+      {"--waiting", 0, 4096, "a count from 0 to 4096", false, [&](auto n) { client.waiting = std::uint32_t(n); }},
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
+    auto used_value = [&] { return ++i, true; };
+    const auto o = std::find_if(std::begin(numeric), std::end(numeric), [&](auto& o) { return a == o.name; });
+    if (a == "--help" || a == "-h") return usage(prog);
+    if (o != std::end(numeric)) {
+      const auto n = v ? parse_number(v, o->lo, o->hi) : std::nullopt;
+      if (!n) return usage(prog, a + " takes " + o->takes);
+      o->set(*n);
+      used_value();
+      (a == "--listen" ? listen : o->server ? server_only : client_only) = true;
+    } else if (a == "--address" || a == "--ready-file") {
+      if (!v || !*v) return usage(prog, a + " takes " + (a == "--address" ? "a numeric IP address" : "a file name"));
+      (a == "--address" ? server.address : server.ready_file) = v;
+      server_only = used_value();
+    } else if (a == "--connect") {
+      if (i + 2 >= argc || !parse_number(argv[i + 2], 1, 65535))
+        return usage(prog, "--connect takes an address and a port from 1 to 65535");
+      client.host = argv[++i];
+      client.port = argv[++i];
+      connect = true;
+    } else if (a == "--admin") {
+      if (!v || (std::strcmp(v, "compact") && std::strcmp(v, "shutdown")))
+        return usage(prog, "--admin takes 'compact' or 'shutdown'");
+      client.admin = v;
+      client_only = used_value();
+    } else if (a == "--after-compaction") {
+      client.after_compaction = client_only = true;
+    } else if (a == "--json") {
+      server.json = client.json = true;
+    } else {
+      return usage(prog, "unknown argument '" + a + "'");
+    }
+  }
+  if (listen == connect) return usage(prog, "give exactly one of --listen (server) and --connect (client)");
+  if (listen && client_only)
+    return usage(prog, "--clients, --ops, --size, --after-compaction, --admin and --waiting are client options");
+  if (connect && server_only)
+    return usage(prog, "--address, --pool-size, --slot-size and --ready-file are server options");
+  if (listen && server.pool_size / 2 / server.slot_size == 0)
+    return usage(prog, "--pool-size must hold at least two slots of --slot-size (one per half)");
+  if (!client.admin.empty() && client.after_compaction)
+    return usage(prog, "--admin does not mix with --after-compaction");
+  if (client.waiting && client.admin != "compact") return usage(prog, "--waiting goes with --admin compact");
+  return listen ? run_server(server) : run_client(client);
+}
