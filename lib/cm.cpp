@@ -375,6 +375,10 @@ public:
     attr.qp_state = IBV_QPS_RTR;
     throw_on_error(verbs_errno_result(rdma_init_qp_attr(id_, &attr, &mask)), "rdma_init_qp_attr(RTR)");
     if (responder_resources >= 0) attr.max_dest_rd_atomic = static_cast<std::uint8_t>(responder_resources);
+    // rdma_cm leaves the RNR NAK timer at code 0 (655 ms): a send that arrives before its receive is posted
+    // would wait that long for its retry. The queue pair's options say how long instead.
+    attr.min_rnr_timer = options_.qp.min_rnr_timer;
+    mask |= IBV_QP_MIN_RNR_TIMER;
     qp_->modify(attr, mask);
     attr = ibv_qp_attr{};
     attr.qp_state = IBV_QPS_RTS;

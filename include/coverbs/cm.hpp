@@ -56,7 +56,8 @@ class connection;
 /// Queue pair, resources and connection parameters of one connection (either side).
 struct connection_options {
   /// The queue pair's sizes and attributes. `port` is ignored (rdma_cm picks it); the path attributes
-  /// (MTU, GID, timeouts, PSNs) come from rdma_cm (rdma_init_qp_attr), `remote_access` from here.
+  /// (MTU, GID, timeouts, PSNs) come from rdma_cm (rdma_init_qp_attr), `remote_access` and `min_rnr_timer`
+  /// (how soon a send that found no receive posted is retried) from here.
   queue_pair_options qp;
   /// Where the queue pair is created. Both null: the connection allocates its own protection domain and
   /// completion queue (depth max_send_wr + max_recv_wr) on the device rdma_cm chose, reachable through

@@ -115,6 +115,29 @@ TEST_CASE("accept and connect through rdma_cm echo messages and carry private da
   loop.run([&]() -> awaitable<void> { co_await (server() && client()); });
 }
 
+TEST_CASE("a connection's queue pair takes its RNR timer from the options, not rdma_cm's 655 ms", "[cm]") {
+  test::event_loop loop;
+  cv::listener l(loop.io.get_executor(), address, 0);
+  cv::connection_options server_options;
+  server_options.qp.min_rnr_timer = 3;  // 0.04 ms
+  cv::connect_options client_options;   // the default: 12, 0.64 ms
+  accepted server, client;
+  l.async_accept(server_options, server.handler());
+  cv::async_connect(loop.io.get_executor(), address, l.local_port(), client_options, client.handler());
+  REQUIRE(loop.run_until([&] { return server.done() && client.done(); }));
+  REQUIRE_FALSE(*server.ec);
+  REQUIRE_FALSE(*client.ec);
+  const auto rnr_timer = [](cv::connection& c) {
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    REQUIRE(ibv_query_qp(c.qp().native_handle(), &attr, IBV_QP_MIN_RNR_TIMER, &init) == 0);
+    return int{attr.min_rnr_timer};
+  };
+  CHECK(rnr_timer(server.conn) == 3);
+  CHECK(rnr_timer(client.conn) == int{client_options.qp.min_rnr_timer});
+  CHECK(client_options.qp.min_rnr_timer != 0);
+}
+
 TEST_CASE("connecting to a port nobody listens on fails with connection_refused within its timeout", "[cm]") {
   test::event_loop loop;
   const auto ex = loop.io.get_executor();
