@@ -65,4 +65,42 @@ inline std::vector<std::uint64_t> parse_sizes(const char* prog, const char* usag
   return out;
 }
 
+
+/// Walks a command line: `next()` moves to each argument (`flag()`), `value()` takes the word after it —
+/// a usage error (exit status 2) when there is none — and `count` / `size` check that word.
+class args {
+public:
+  args(const char* prog, const char* usage, int argc, char** argv) : prog_(prog), usage_(usage), argc_(argc), argv_(argv) {}
+
+  bool next() {
+    if (++i_ >= argc_) return false;
+    flag_ = argv_[i_];
+    return true;
+  }
+  const std::string& flag() const noexcept { return flag_; }
+  bool is(const char* name) const { return flag_ == name; }
+  bool is_help() const { return flag_ == "--help" || flag_ == "-h"; }
+  std::string value() {
+    if (i_ + 1 >= argc_) fail(flag_ + " needs a value");
+    return argv_[++i_];
+  }
+  long long count(long long min, long long max) { return parse_count(prog_, usage_, flag_, value(), min, max); }
+  std::uint64_t size(std::uint64_t min, std::uint64_t max) { return parse_size(prog_, usage_, flag_, value(), min, max); }
+  [[noreturn]] void fail(const std::string& why) const { usage_error(prog_, why, usage_); }
+  [[noreturn]] void unknown() const { fail("unknown argument '" + flag_ + "'"); }
+  /// Prints the usage line and `about`, then exits with status 0 (for --help).
+  [[noreturn]] void help(const char* about) const {
+    std::printf("usage: %s %s\n%s\n", prog_, usage_, about);
+    std::exit(0);
+  }
+
+private:
+  const char* prog_;
+  const char* usage_;
+  int argc_;
+  char** argv_;
+  int i_ = 0;
+  std::string flag_;
+};
+
 }  // namespace bench

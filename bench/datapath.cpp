@@ -62,31 +62,26 @@ constexpr const char* usage_text =
 
 config parse(int argc, char** argv) {
   config c;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::printf("usage: bench_datapath %s\n", usage_text);
-      std::exit(0);
-    } else if (a == "--test")
-      c.test = value();
-    else if (a == "--size")
-      c.size = bench::parse_size("bench_datapath", usage_text, a, value(), 1, 1ull << 30);
-    else if (a == "--iters")
-      c.iters = static_cast<int>(bench::parse_count("bench_datapath", usage_text, a, value(), 2, 100'000'000));
-    else if (a == "--tx-depth")
-      c.tx_depth = static_cast<int>(bench::parse_count("bench_datapath", usage_text, a, value(), 1, 8192));
-    else if (a == "--mode")
-      c.mode = value();
-    else if (a == "--device")
-      c.device = value();
-    else if (a == "--json")
+  bench::args arg("bench_datapath", usage_text, argc, argv);
+  while (arg.next()) {
+    if (arg.is_help())
+      arg.help("RDMA write, read and send latency and bandwidth through coverbs, measured as perftest measures them.");
+    else if (arg.is("--test"))
+      c.test = arg.value();
+    else if (arg.is("--size"))
+      c.size = arg.size(1, 1ull << 30);
+    else if (arg.is("--iters"))
+      c.iters = static_cast<int>(arg.count(2, 100'000'000));
+    else if (arg.is("--tx-depth"))
+      c.tx_depth = static_cast<int>(arg.count(1, 8192));
+    else if (arg.is("--mode"))
+      c.mode = arg.value();
+    else if (arg.is("--device"))
+      c.device = arg.value();
+    else if (arg.is("--json"))
       c.json = true;
     else
-      usage("unknown argument '" + a + "'");
+      arg.unknown();
   }
   static const char* tests[] = {"write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "send_bw"};
   if (std::none_of(std::begin(tests), std::end(tests), [&](const char* t) { return c.test == t; }))

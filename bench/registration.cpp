@@ -17,6 +17,8 @@
 #include <coverbs/registration_cache.hpp>
 #include <coverbs/registration_service.hpp>
 
+#include "cli.hpp"
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -50,19 +52,6 @@ double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
-}
-
-std::size_t parse_size(const char* s) {
-  char* end = nullptr;
-  std::size_t n = std::strtoull(s, &end, 10);
-  if (*end == 'K') n <<= 10;
-  if (*end == 'M') n <<= 20;
-  if (*end == 'G') n <<= 30;
-  if (n == 0) {
-    std::fprintf(stderr, "bench_registration: bad size '%s' (use e.g. 64M)\n", s);
-    std::exit(2);
-  }
-  return n;
 }
 
 /// Touched anonymous memory; `offset` bytes past a 2 MiB boundary; THP asked for or refused.
@@ -128,31 +117,30 @@ int main(int argc, char** argv) {
   bool json = false;
   coverbs::worker_scheduling scheduling = coverbs::worker_scheduling::batch;
   std::string scheduling_name = "batch";
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--device" && i + 1 < argc)
-      name = argv[++i];
-    else if (a == "--max-size" && i + 1 < argc)
-      max_size = parse_size(argv[++i]);
-    else if (a == "--stall-size" && i + 1 < argc)
-      stall_size = parse_size(argv[++i]);
-    else if (a == "--json")
+  const char* prog = "bench_registration";
+  const char* usage = "[--device NAME] [--max-size 512M] [--stall-size 256M] [--workers batch|idle|normal] [--json]";
+  bench::args arg(prog, usage, argc, argv);
+  while (arg.next()) {
+    if (arg.is("--device"))
+      name = arg.value();
+    else if (arg.is("--max-size"))
+      max_size = arg.size(4096, std::uint64_t{64} << 30);
+    else if (arg.is("--stall-size"))
+      stall_size = arg.size(4096, std::uint64_t{64} << 30);
+    else if (arg.is("--json"))
       json = true;
-    else if (a == "--workers" && i + 1 < argc) {
-      const std::string v = argv[++i];
-      if (v != "normal" && v != "batch" && v != "idle") {
-        std::fprintf(stderr, "bench_registration: --workers takes normal, batch or idle (got '%s')\n", v.c_str());
-        return 2;
-      }
+    else if (arg.is("--workers")) {
+      const std::string v = arg.value();
+      if (v != "normal" && v != "batch" && v != "idle") arg.fail("--workers takes normal, batch or idle (got '" + v + "')");
       scheduling = v == "normal" ? coverbs::worker_scheduling::normal
                    : v == "idle" ? coverbs::worker_scheduling::idle
                                  : coverbs::worker_scheduling::batch;
       scheduling_name = v;
-    } else {
-      std::fprintf(stderr,
-                   "usage: bench_registration [--device NAME] [--max-size 512M] [--stall-size 256M] [--json]\n");
-      return 2;
-    }
+    } else if (arg.is_help())
+      arg.help("What asynchronous registration, the cache and the pool buy, in one run; see the source's header "
+               "for each figure.");
+    else
+      arg.unknown();
   }
   stall_size = std::min(stall_size, max_size);
   try {

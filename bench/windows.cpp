@@ -210,27 +210,21 @@ int main(int argc, char** argv) {
   std::string name;
   int iters = 2000, rereg_iters = 200;
   bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) bench::usage_error(prog, a + " needs a value", usage);
-      return argv[++i];
-    };
-    if (a == "--device")
-      name = value();
-    else if (a == "--iters")
-      iters = static_cast<int>(bench::parse_count(prog, usage, a, value(), 5, 1000000));
-    else if (a == "--rereg-iters")
-      rereg_iters = static_cast<int>(bench::parse_count(prog, usage, a, value(), 5, 100000));
-    else if (a == "--json")
+  bench::args arg(prog, usage, argc, argv);
+  while (arg.next()) {
+    if (arg.is("--device"))
+      name = arg.value();
+    else if (arg.is("--iters"))
+      iters = static_cast<int>(arg.count(5, 1000000));
+    else if (arg.is("--rereg-iters"))
+      rereg_iters = static_cast<int>(arg.count(5, 100000));
+    else if (arg.is("--json"))
       json = true;
-    else if (a == "--help" || a == "-h") {
-      std::printf("usage: %s %s\nMemory-window bind, rebind and invalidation against re-registration, coverbs "
-                  "against raw verbs in one run; see the source's header for each figure.\n",
-                  prog, usage);
-      return 0;
-    } else
-      bench::usage_error(prog, "unknown argument '" + a + "'", usage);
+    else if (arg.is_help())
+      arg.help("Memory-window bind, rebind and invalidation against re-registration, coverbs against raw verbs in "
+               "one run; see the source's header for each figure.");
+    else
+      arg.unknown();
   }
   try {
     cv::device dev = cv::device::open(name);

@@ -34,7 +34,15 @@ struct cm_channel {
 
   explicit cm_channel(const asio::any_io_executor& ex) : fd(ex) {
     channel = rdma_create_event_channel();
-    throw_on_error(verbs_null_result(channel), "rdma_create_event_channel (is the rdma_ucm kernel module loaded?)");
+    if (!channel) {
+      const error_code cause = verbs_null_result(channel);
+      // No RDMA at all on this host: say so the way device::open does (it points to the guest).
+      error_code devices;
+      (void)list_devices(devices);
+      if (devices == errc::no_device)
+        throw system_error(devices, "rdma_create_event_channel failed (" + cause.message() + ")");
+      throw system_error(cause, "rdma_create_event_channel (is the rdma_ucm kernel module loaded?)");
+    }
     const int flags = ::fcntl(channel->fd, F_GETFL);
     if (flags < 0 || ::fcntl(channel->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
       const error_code ec = errno_code(errno);

@@ -10,7 +10,10 @@
 
 #include <catch2/catch.hpp>
 
+#include "../support/no_rdma.hpp"
+
 #include <optional>
+#include <string>
 #include <thread>
 
 namespace asio = boost::asio;
@@ -83,4 +86,20 @@ TEST_CASE("an empty connection reports not connected", "[cm]") {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the system executor's thread runs it
   REQUIRE(got);
   CHECK(*got == std::errc::not_connected);
+}
+
+TEST_CASE("without RDMA, a listener and a connect say no_device and point to the guest", "[cm]") {
+  if (test::skip_on_rdma_host()) return;
+  asio::io_context io;
+  try {
+    cv::listener l(io.get_executor(), "10.77.0.1", 7471);
+    FAIL("no exception");
+  } catch (const cv::system_error& e) {
+    test::check_points_to_guest(e);
+  }
+  std::optional<error_code> connect;
+  cv::async_connect(io.get_executor(), "10.77.0.1", 7471, {}, [&](error_code ec, cv::connection) { connect = ec; });
+  io.run();
+  REQUIRE(connect);
+  CHECK(*connect == cv::errc::no_device);
 }
