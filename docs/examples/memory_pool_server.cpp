@@ -889,12 +889,10 @@ struct too_many_sessions : step_failed {
   using step_failed::step_failed;
 };
 
-/// The line saying how to end the wait of the sessions for a compaction, and for how long they wait.
+/// The line saying that the sessions wait for a compaction, how to start one, and for how long they wait.
 std::string waiting_note(const client_config& c) {
-  return "memory_pool_server: the sessions wait for a compaction; start one from another process with\n"
-         "  memory_pool_server --connect " +
-         c.host + " " + std::to_string(c.port) + " --admin compact [--waiting N]\n" + "(giving up after " +
-         std::to_string(c.timeout) + " s in all; --timeout SECONDS sets that)";
+  return "memory_pool_server: waiting for a compaction (start one: memory_pool_server --connect " + c.host + " " +
+         std::to_string(c.port) + " --admin compact); giving up after " + std::to_string(c.timeout) + " s (--timeout)";
 }
 
 /// One client session: the scenario from the file comment. Records into `st`; never throws.
