@@ -93,8 +93,7 @@ struct echo_server {
   server_counters counters;
 
   echo_server(cv::listener& l, cv::registration_service& service, asio::io_context& io)
-      : listener(l), pd(example::listening_device(l)), cq(io, example::listening_device(l), {.depth = 8192}),
-        pool(service, pd, pool_options(64)) {
+      : listener(l), pd(l.get_device()), cq(io, l.get_device(), {.depth = 8192}), pool(service, pd, pool_options(64)) {
     options.qp = qp_options();
     options.pd = &pd;
     options.cq = &cq;
@@ -268,9 +267,10 @@ bool clients_ok(const std::vector<client_result>& results, std::size_t messages)
 
 void print_server(const echo_server& s) {
   const cv::pool_stats p = s.pool.stats();
-  std::printf("  server           : %zu connections accepted, %zu ended (%zu unexpectedly), %zu messages and %zu "
+  std::printf("  server           : %zu connection%s accepted, %zu ended (%zu unexpectedly), %zu messages and %zu "
               "bytes echoed\n",
-              s.counters.accepted, s.counters.ended, s.counters.unexpected_ends, s.counters.messages, s.counters.bytes);
+              s.counters.accepted, s.counters.accepted == 1 ? "" : "s", s.counters.ended, s.counters.unexpected_ends,
+              s.counters.messages, s.counters.bytes);
   std::printf("  buffer pool      : %zu arenas, %zu bytes registered, %llu blocks handed out\n", p.arenas,
               p.bytes_registered, static_cast<unsigned long long>(p.allocations));
 }
@@ -322,9 +322,9 @@ int run(const example::command_line& cmd, unsigned clients, std::size_t messages
 int main(int argc, char** argv) {
   std::uint64_t clients = 4, messages = 400, connections = 0;
   return example::run_main(argc, argv, "echo", usage_text,
-                           {{"--clients", &clients, 1, 32},
-                            {"--messages", &messages, 1, 1000000},
-                            {"--connections", &connections, 0, 1000000}},
+                           {{"--clients", &clients, 1, 32, example::in_self_test},
+                            {"--messages", &messages, 1, 1000000, example::in_self_test | example::in_connect},
+                            {"--connections", &connections, 0, 1000000, example::in_listen}},
                            [&](const example::command_line& cmd) {
                              return run(cmd, static_cast<unsigned>(clients), messages, connections);
                            });

@@ -1,6 +1,7 @@
 #pragma once
-// What the example programs share: their command line (a role plus numeric options), a patient connect,
-// timing figures for the report, callback completions awaited one by one, and a loop runner with a watchdog.
+// What the example programs share: their command line (a role plus numeric options, each with the roles it
+// belongs to), the device check of a listener, a patient connect, timing figures for the report, callback
+// completions awaited one by one, and a loop runner with a watchdog.
 #include <coverbs/cm.hpp>
 #include <coverbs/error.hpp>
 
@@ -24,6 +25,7 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -44,6 +46,32 @@ inline constexpr auto tuple = asio::as_tuple(asio::use_awaitable);
 /// What the program does: everything in one process, or one side of it.
 enum class role { self_test, listen, connect };
 
+/// Roles an option belongs to (a mask of `role`s).
+enum role_set : unsigned {
+  in_self_test = 1u << static_cast<unsigned>(role::self_test),
+  in_listen = 1u << static_cast<unsigned>(role::listen),
+  in_connect = 1u << static_cast<unsigned>(role::connect),
+  in_any_role = in_self_test | in_listen | in_connect,
+};
+
+/// The option that picks role `r`: "--self-test", "--listen" or "--connect".
+inline const char* role_option(role r) {
+  return r == role::self_test ? "--self-test" : r == role::listen ? "--listen" : "--connect";
+}
+
+/// The device a listener on `address` is bound to, where a server makes its protection domain and completion
+/// queue. @throws std::runtime_error saying what to listen on when it has none: a listener on a loopback or
+/// wildcard address (127.0.0.1, 0.0.0.0, ::) is not tied to one device.
+inline coverbs::device& listening_device(coverbs::listener& l, const std::string& address) {
+  if (!l.get_device())
+    throw std::runtime_error("'" + address +
+                             "' is not the address of one RDMA device: listen on the address of an RDMA device's "
+                             "network interface (e.g. 10.77.0.1 in the Soft-RoCE guest); loopback and wildcard "
+                             "addresses are not tied to one device, and this example shares one protection domain "
+                             "between its connections");
+  return l.get_device();
+}
+
 struct command_line {
   role mode = role::self_test;
   std::string address = "10.77.0.1";  ///< numeric IPv4/IPv6: the Soft-RoCE guest's rxe0 by default
@@ -55,27 +83,44 @@ struct command_line {
   /// This process runs clients (--connect, --self-test).
   bool connecting() const noexcept { return mode != role::listen; }
   /// The listener for a serving role: on `address` and `port` (0 in self-test mode: any free port).
+  /// @throws std::runtime_error when it has no device (see `listening_device`).
   std::optional<coverbs::listener> listen(const asio::any_io_executor& ex) const {
     std::optional<coverbs::listener> l;
-    if (serving()) l.emplace(ex, address, port);
+    if (serving()) listening_device(l.emplace(ex, address, port), address);
     return l;
   }
 };
 
-/// A `--name N` option holding a whole number in [min, max].
+/// A `--name N` option holding a whole number in [min, max], given with the roles in `roles`.
 struct numeric_option {
   std::string_view name;
   std::uint64_t* value;
   std::uint64_t min, max;
+  unsigned roles = in_any_role;
+  bool bytes = false;  ///< a size: K, M and G (binary) suffixes allowed
 };
+
+/// Prints why the command line is bad and where to look. @returns 2, the exit status for a bad command line.
+inline int bad_command_line(const std::string& prog, const std::string& why) {
+  std::fprintf(stderr, "%s: %s\n(%s --help tells how to run it)\n", prog.c_str(), why.c_str(), prog.c_str());
+  return 2;
+}
 
 namespace detail {
 
-inline bool parse_number(std::string_view text, std::uint64_t min, std::uint64_t max, std::uint64_t& out) {
+/// A whole number in [min, max]; with `bytes`, a K, M or G suffix multiplies it by 2^10, 2^20 or 2^30.
+inline bool parse_number(std::string_view text, std::uint64_t min, std::uint64_t max, std::uint64_t& out,
+                         bool bytes = false) {
+  int shift = 0;
+  if (bytes && !text.empty()) {
+    const char unit = static_cast<char>(text.back() | 0x20);  // lower case
+    shift = unit == 'k' ? 10 : unit == 'm' ? 20 : unit == 'g' ? 30 : 0;
+    if (shift) text.remove_suffix(1);
+  }
   if (text.empty() || text.size() > 19 || text.find_first_not_of("0123456789") != std::string_view::npos) return false;
   const std::uint64_t n = std::strtoull(std::string(text).c_str(), nullptr, 10);
-  if (n < min || n > max) return false;
-  out = n;
+  if (n > (max >> shift) || (n << shift) < min) return false;
+  out = n << shift;
   return true;
 }
 
@@ -84,19 +129,58 @@ inline bool numeric_address(const std::string& text) {
   return inet_pton(AF_INET, text.c_str(), bytes) == 1 || inet_pton(AF_INET6, text.c_str(), bytes) == 1;
 }
 
+/// `n` as written on the command line: "4096", or with `bytes` a whole "64M" where it divides.
+inline std::string number_text(std::uint64_t n, bool bytes) {
+  for (const auto& [shift, unit] : {std::pair{30, "G"}, std::pair{20, "M"}, std::pair{10, "K"}})
+    if (bytes && n != 0 && n % (std::uint64_t{1} << shift) == 0) return std::to_string(n >> shift) + unit;
+  return std::to_string(n);
+}
+
+/// "--listen or --self-test".
+inline std::string roles_text(unsigned roles) {
+  std::string out;
+  for (role r : {role::self_test, role::listen, role::connect})
+    if (roles & (1u << static_cast<unsigned>(r))) out += (out.empty() ? "" : " or ") + std::string(role_option(r));
+  return out;
+}
+
 }  // namespace detail
 
+/// Reads option `o`'s value, the argument after `argv[i]`, and steps `i` over it.
+/// @returns why it is bad ("--clients takes a whole number from 1 to 32 (got 'x')"), or nothing.
+inline std::optional<std::string> take_number(const numeric_option& o, int argc, char** argv, int& i) {
+  const bool given = i + 1 < argc;
+  if (given && detail::parse_number(argv[i + 1], o.min, o.max, *o.value, o.bytes)) {
+    ++i;
+    return std::nullopt;
+  }
+  return std::string(o.name) + " takes " + (o.bytes ? "a size in bytes" : "a whole number") + " from " +
+         detail::number_text(o.min, o.bytes) + " to " + detail::number_text(o.max, o.bytes) +
+         (o.bytes ? " (K, M, G: binary units)" : "") + (given ? " (got '" + std::string(argv[i + 1]) + "')" : "");
+}
+
+/// The reason `address` cannot be used, or nothing for a numeric IPv4 or IPv6 address.
+inline std::optional<std::string> check_address(const std::string& address) {
+  if (detail::numeric_address(address)) return std::nullopt;
+  return "'" + address + "' is not a numeric IPv4 or IPv6 address (rdma_cm connects without name lookup)";
+}
+
+/// The reason option `name`, which belongs to `roles`, does not go with role `mode`, or nothing.
+inline std::optional<std::string> check_role(std::string_view name, unsigned roles, role mode) {
+  if (roles & (1u << static_cast<unsigned>(mode))) return std::nullopt;
+  return std::string(name) + " goes with " + detail::roles_text(roles) + ", not with " + role_option(mode);
+}
+
 /// Parses `--help`, the role (`--self-test [--address ADDR]`, `--listen ADDR PORT`, `--connect ADDR PORT`)
-/// and `options`. Prints `usage` for --help, or the reason for bad input.
+/// and `options`; an option given with a role it does not belong to is bad input. Prints `usage` for --help,
+/// or the reason for bad input.
 /// @returns the exit status to leave with now (0 after --help, 2 for bad input), or nothing to go on.
 inline std::optional<int> parse_command_line(int argc, char** argv, std::string_view usage, command_line& out,
                                              std::initializer_list<numeric_option> options) {
   const std::string prog = argc > 0 ? argv[0] : "example";
-  auto bad = [&](const std::string& why) {
-    std::fprintf(stderr, "%s: %s\n(%s --help tells how to run it)\n", prog.c_str(), why.c_str(), prog.c_str());
-    return std::optional<int>(2);
-  };
+  auto bad = [&](const std::string& why) { return std::optional<int>(bad_command_line(prog, why)); };
   bool have_role = false;
+  std::vector<std::pair<std::string_view, unsigned>> given;  // options given and their roles
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     const int left = argc - 1 - i;
@@ -119,19 +203,19 @@ inline std::optional<int> parse_command_line(int argc, char** argv, std::string_
     } else if (arg == "--address") {
       if (left < 1) return bad("--address takes a numeric IP address");
       out.address = argv[++i];
+      given.emplace_back(arg, in_self_test);
     } else {
       const auto* o =
           std::find_if(options.begin(), options.end(), [&](const numeric_option& o) { return o.name == arg; });
       if (o == options.end()) return bad("unknown argument '" + std::string(arg) + "'");
-      if (left < 1 || !detail::parse_number(argv[i + 1], o->min, o->max, *o->value))
-        return bad(std::string(arg) + " takes a whole number from " + std::to_string(o->min) + " to " +
-                   std::to_string(o->max) + (left < 1 ? "" : " (got '" + std::string(argv[i + 1]) + "')"));
-      ++i;
+      if (const auto why = take_number(*o, argc, argv, i)) return bad(*why);
+      given.emplace_back(o->name, o->roles);
     }
   }
   if (!have_role) return bad("say what to run: --self-test, --listen ADDR PORT or --connect ADDR PORT");
-  if (!detail::numeric_address(out.address))
-    return bad("'" + out.address + "' is not a numeric IPv4 or IPv6 address (rdma_cm connects without name lookup)");
+  for (const auto& [name, roles] : given)
+    if (const auto why = check_role(name, roles, out.mode)) return bad(*why);
+  if (const auto why = check_address(out.address)) return bad(*why);
   return std::nullopt;
 }
 
@@ -148,15 +232,6 @@ int run_main(int argc, char** argv, const char* name, std::string_view usage,
     std::fprintf(stderr, "%s: %s\n", name, e.what());
     return 1;
   }
-}
-
-/// The device a listener is bound to, where a server makes its protection domain and completion queue.
-/// @throws system_error `errc::device_mismatch` when it listens on every device (0.0.0.0 or ::).
-inline coverbs::device& listening_device(coverbs::listener& l) {
-  if (!l.get_device())
-    throw coverbs::system_error(coverbs::make_error_code(coverbs::errc::device_mismatch),
-                                "listen on the address of one RDMA device (not on every address)");
-  return l.get_device();
 }
 
 // --- connecting ---

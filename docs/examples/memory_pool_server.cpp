@@ -1,7 +1,7 @@
 // memory_pool_server: the storage scenario — one large memory region over a memory pool, a type-2 memory
 // window per client and right, compaction that revokes every key, and clients that recover from it.
 //
-//   memory_pool_server --listen PORT [--address ADDR] [--pool-size BYTES] [--slot-size BYTES] [--json]
+//   memory_pool_server --listen ADDR PORT [--pool-size BYTES] [--slot-size BYTES] [--json]
 //   memory_pool_server --connect ADDR PORT [--clients N] [--ops N] [--size BYTES] [--after-compaction] [--json]
 //   memory_pool_server --connect ADDR PORT --admin compact [--waiting N] | --admin shutdown
 //
@@ -15,12 +15,13 @@
 //
 // Client: each session connects, asks for its keys, writes --ops blocks of --size bytes through the write
 // window and reads each back through the read window, comparing the bytes. With --after-compaction it
-// then waits for the next compaction and carries on with the keys it has, as a client racing with
-// compaction would: its RDMA write through the revoked key fails with wc_errc::rem_access_err, which
-// moves its queue pair (and the server's end) to the error state. It recovers by asking again: it
-// reconnects, gets fresh keys, reads back what it wrote before the compaction (now in the other half)
-// and writes and verifies once more. An admin connection (any client may send the same control
-// messages) starts a compaction — once N sessions wait for one — or shuts the server down.
+// then waits for the next compaction (saying so on stderr; it gives up after --timeout) and carries on
+// with the keys it has, as a client racing with compaction would: its RDMA write through the revoked key
+// fails with wc_errc::rem_access_err, which moves its queue pair (and the server's end) to the error
+// state. It recovers by asking again: it reconnects, gets fresh keys, reads back what it wrote before the
+// compaction (now in the other half) and writes and verifies once more. An admin connection (any client
+// may send the same control messages) starts a compaction — once N sessions wait for one; the server
+// refuses an N above its slot count at once — or shuts the server down.
 //
 // Control messages are `message`s sent with IBV_WR_SEND over the same connection; the data moves with
 // RDMA write and read only. Every process prints its statistics at the end (one JSON line with --json).
@@ -28,12 +29,13 @@
 //
 // Standalone, in the Soft-RoCE guest (rdma_cm on rxe0's address 10.77.0.1; --help prints this too):
 //   tools/rxe-vm -- sh -c 'S=build/docs/memory_pool_server A="10.77.0.1 7471"
-//     rm -f /tmp/up; $S --listen 7471 --ready-file /tmp/up &
-//     until [ -s /tmp/up ]; do sleep 0.2; done
+//     $S --listen $A &
 //     $S --connect $A --clients 2 --after-compaction & c=$!
 //     $S --connect $A --admin compact --waiting 2; wait $c
 //     $S --connect $A --admin shutdown; wait'
 #include <coverbs/coverbs.hpp>
+
+#include "example_support.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -46,7 +48,6 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cinttypes>
 #include <csignal>
@@ -55,7 +56,6 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
-#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -65,6 +65,7 @@
 #include <string>
 #include <tuple>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 namespace asio = boost::asio;
@@ -103,7 +104,8 @@ enum class refusal : std::int32_t {
   barrier_timed_out,
   no_compaction,
   shutting_down,
-  grant_failed
+  grant_failed,
+  too_many_waiting  ///< compact: more sessions to wait for than the pool has slots (`count`: the slots)
 };
 
 const char* to_string(refusal r) {
@@ -115,6 +117,7 @@ const char* to_string(refusal r) {
   case refusal::no_compaction: return "no compaction came within 120 s";
   case refusal::shutting_down: return "the server is shutting down";
   case refusal::grant_failed: return "binding a window failed (see the server's output)";
+  case refusal::too_many_waiting: return "more sessions to wait for than the pool has slots";
   }
   return "unknown refusal";
 }
@@ -126,7 +129,7 @@ struct message {
   std::uint32_t magic = magic_value;
   command op = command::reply;
   refusal status = refusal::none;
-  std::uint32_t count = 0;        ///< compact: sessions to wait for
+  std::uint32_t count = 0;        ///< compact: sessions to wait for; hello, refused compact: slots per half
   std::uint64_t tenant = 0;       ///< get_keys / bye: the client's id (kept across reconnects)
   std::uint64_t generation = 0;   ///< reply: compactions done so far
   cv::remote_key write_key{};     ///< reply to get_keys: {address, length in bytes, rkey}, remote_write
@@ -301,19 +304,11 @@ struct session {
   cv::registered_span outbox() const { return cv::span_of(mr, message_bytes, message_bytes); }
 };
 
-/// The device a listener bound to one address serves (a listener on every device has none).
-/// @throws std::invalid_argument for a listener on every device.
-cv::device& bound_device(cv::listener& l) {
-  if (!l.get_device())
-    throw std::invalid_argument("--address must be the address of one RDMA device's interface, not a wildcard");
-  return l.get_device();
-}
-
 class pool_server {
 public:
   pool_server(asio::io_context& io, const server_config& config)
       : io_(io), config_(config), listener_(io.get_executor(), config.address, config.port, listener_options()),
-        pd_(bound_device(listener_)), pool_memory_(config.pool_size),
+        pd_(example::listening_device(listener_, config.address)), pool_memory_(config.pool_size),
         slots_per_half_(config.pool_size / 2 / config.slot_size), slot_used_(slots_per_half_, false) {}
 
   /// Registers the pool, listens and serves until `stop()`; returns once every session has ended.
@@ -428,7 +423,7 @@ void pool_server::stop() {
 
 awaitable<void> pool_server::serve(std::shared_ptr<session> s) {
   s->in.post(s->conn.qp(), s->inbox());
-  message hello{.op = command::hello, .generation = generation_};
+  message hello{.op = command::hello, .count = static_cast<std::uint32_t>(slots_per_half_), .generation = generation_};
   std::memcpy(s->outbox().data(), &hello, message_bytes);
   auto [hello_ec, hello_bytes] = co_await s->conn.qp().async_send(s->outbox(), tuple);
   control_bytes_ += hello_ec ? 0 : hello_bytes;
@@ -548,6 +543,10 @@ awaitable<message> pool_server::wait_compaction(session& s) {
 }
 
 awaitable<message> pool_server::compact(std::uint32_t waiters) {
+  // Only sessions holding a slot wait for a compaction (as the clients of this program do): refuse a wait
+  // that could never end.
+  if (waiters > slots_per_half_)
+    co_return message{.status = refusal::too_many_waiting, .count = static_cast<std::uint32_t>(slots_per_half_)};
   const bool quorum = co_await wait_until([&] { return waiting_ >= waiters || stopping_; }, 60s);
   if (!quorum) co_return message{.status = refusal::barrier_timed_out};
   co_await wait_until([this] { return !compacting_; }, 60s);
@@ -674,13 +673,14 @@ void pool_server::report() const {
 
 struct client_config {
   std::string host;
-  std::string port;
+  std::uint16_t port = 0;
   int clients = 2;
   std::size_t ops = 16;
   std::size_t size = 4096;  ///< bytes per operation
   bool after_compaction = false;
   std::string admin;  ///< "", "compact" or "shutdown"
   std::uint32_t waiting = 0;
+  unsigned timeout = 80;  ///< seconds the whole process may take
   bool json = false;
 };
 
@@ -692,6 +692,7 @@ struct client_stats {
   std::uint64_t recovered = 0, fresh_keys = 0, data_intact = 0, moved = 0;
   samples connect_us, registration_us, keys_us, recover_us, phase1_us, phase2_us;
   std::vector<std::string> unexpected;
+  bool told_waiting = false;  ///< the note that the sessions wait for a compaction is out
 };
 
 /// A connection plus the client's registered memory in its protection domain:
@@ -702,6 +703,7 @@ struct link {
   cv::memory_region mr;
   std::optional<receiver> in;
   std::size_t size = 0;
+  std::uint32_t slots = 0;  ///< the server's slots per half (from its hello)
 
   cv::registered_span inbox() const { return cv::span_of(mr, 0, message_bytes); }
   cv::registered_span outbox() const { return cv::span_of(mr, message_bytes, message_bytes); }
@@ -727,8 +729,9 @@ awaitable<std::unique_ptr<link>> open_link(const client_config& c, client_stats&
   cv::connect_options o;
   o.qp = small_queue_pair();
   const auto t0 = clock_type::now();
-  auto [ec, conn] = co_await cv::async_connect(ex, c.host, c.port, o, tuple);
-  if (ec) throw step_failed("connect to " + c.host + ":" + c.port + ": " + ec.message());
+  const example::command_line server{.mode = example::role::connect, .address = c.host, .port = c.port};
+  auto [ec, conn] = co_await example::connect_patiently(ex, server, o);
+  if (ec) throw step_failed("connect to " + c.host + ":" + std::to_string(c.port) + ": " + ec.message());
   st.connect_us.add(micros_since(t0));
   ++st.connections;
   auto l = std::make_unique<link>();
@@ -749,6 +752,7 @@ awaitable<std::unique_ptr<link>> open_link(const client_config& c, client_stats&
   if (hello_ec) throw step_failed("wait for the server's hello: " + hello_ec.message());
   if (r.bytes != message_bytes || hello.magic != message::magic_value || hello.op != command::hello)
     throw step_failed("the peer is not a memory_pool_server (no hello)");
+  l->slots = hello.count;
   l->in->post(l->conn.qp(), l->inbox());
   st.control_bytes += r.bytes;
   co_return l;
@@ -771,6 +775,9 @@ awaitable<message> call(link& l, message request, client_stats& st) {
   st.control_bytes += n + r.bytes;
   if (r.bytes != message_bytes || reply.magic != message::magic_value || reply.op != command::reply)
     throw step_failed("malformed reply");
+  if (reply.status == refusal::too_many_waiting)
+    throw step_failed("server refused: waiting for " + std::to_string(request.count) +
+                      " sessions, but the pool has only " + std::to_string(reply.count) + " slots");
   if (reply.status != refusal::none) throw step_failed(std::string("server refused: ") + to_string(reply.status));
   co_return reply;
 }
@@ -877,12 +884,28 @@ awaitable<bool> use_revoked_key_and_recover(std::unique_ptr<link>& l, const mess
   co_return ok&& recovered;
 }
 
+/// More sessions in this process than the server has slots: every session ends, one says why.
+struct too_many_sessions : step_failed {
+  using step_failed::step_failed;
+};
+
+/// The line saying that the sessions wait for a compaction, how to start one, and for how long they wait.
+std::string waiting_note(const client_config& c) {
+  return "memory_pool_server: waiting for a compaction (start one: memory_pool_server --connect " + c.host + " " +
+         std::to_string(c.port) + " --admin compact); giving up after " + std::to_string(c.timeout) + " s (--timeout)";
+}
+
 /// One client session: the scenario from the file comment. Records into `st`; never throws.
 awaitable<void> client_session(const client_config& c, std::uint64_t tenant_id, int index, client_stats& st) {
   ++st.sessions;
   std::unique_ptr<link> l;
   try {
     l = co_await open_link(c, st);
+    if (static_cast<std::uint64_t>(c.clients) > l->slots)
+      throw too_many_sessions("--clients " + std::to_string(c.clients) + " is more than the server's " +
+                              std::to_string(l->slots) +
+                              " slots: lower --clients, or start the server with more slots (raise its "
+                              "--pool-size or lower its --slot-size)");
     const message keys = co_await ask_for_keys(*l, tenant_id, c, st);
     const auto t0 = clock_type::now();
     bool ok = co_await write_and_verify(*l, keys, tenant_id, 1, c, st);
@@ -890,6 +913,7 @@ awaitable<void> client_session(const client_config& c, std::uint64_t tenant_id, 
     if (!ok) note(st, index, "data read back through the read window differs from what was written");
     if (c.after_compaction) {
       const message wait{.op = command::wait_compaction};
+      if (!std::exchange(st.told_waiting, true)) std::fprintf(stderr, "%s\n", waiting_note(c).c_str());
       co_await call(*l, wait, st);
       // Carry on with the keys from before the compaction, as a client racing with it would.
       const bool recovered = co_await use_revoked_key_and_recover(l, keys, tenant_id, index, c, st);
@@ -898,17 +922,26 @@ awaitable<void> client_session(const client_config& c, std::uint64_t tenant_id, 
     const message bye{.op = command::bye, .tenant = tenant_id};
     co_await call(*l, bye, st);
     st.sessions_ok += ok;
+  } catch (const too_many_sessions& e) {
+    if (index == 0) st.unexpected.push_back(e.what());
   } catch (const std::exception& e) {
     note(st, index, e.what());
   }
   if (l) co_await close_link(*l);
 }
 
+/// Prints why the admin request failed: one JSON line on stdout with --json, else a line on stderr.
+void print_admin_failure(const client_config& c, const std::string& why) {
+  if (c.json)
+    std::printf("%s\n", json_line().str("role", "admin").str("command", c.admin).str("status", why).done().c_str());
+  else
+    std::fprintf(stderr, "memory_pool_server: %s: %s\n", c.admin.c_str(), why.c_str());
+}
+
 /// An admin request on a connection of its own; prints the reply. @returns true when the server agreed.
 awaitable<bool> admin(const client_config& c, client_stats& st) {
   std::unique_ptr<link> l;
   bool ok = false;
-  std::string line;
   try {
     l = co_await open_link(c, st);
     const command op = c.admin == "compact" ? command::compact : command::shutdown;
@@ -925,18 +958,18 @@ awaitable<bool> admin(const client_config& c, client_stats& st) {
           .num("moved_bytes", reply.moved_bytes)
           .num("compaction_us", reply.took_us);
     j.real("request_us", us);
-    line = c.json ? j.done()
-           : op == command::compact
-               ? "compaction " + std::to_string(reply.generation) + ": revoked " + std::to_string(reply.revoked) +
-                     " windows, copied " + std::to_string(reply.moved_bytes) + " bytes, granted " +
-                     std::to_string(reply.granted) + " fresh windows in " + std::to_string(reply.took_us) + " us"
-               : "server is shutting down";
+    const std::string line =
+        c.json ? j.done()
+        : op == command::compact
+            ? "compaction " + std::to_string(reply.generation) + ": revoked " + std::to_string(reply.revoked) +
+                  " windows, copied " + std::to_string(reply.moved_bytes) + " bytes, granted " +
+                  std::to_string(reply.granted) + " fresh windows in " + std::to_string(reply.took_us) + " us"
+            : "server is shutting down";
     ok = true;
+    std::printf("%s\n", line.c_str());
   } catch (const std::exception& e) {
-    line = c.json ? json_line().str("role", "admin").str("command", c.admin).str("status", e.what()).done()
-                  : std::string("memory_pool_server: ") + c.admin + ": " + e.what();
+    print_admin_failure(c, e.what());
   }
-  std::printf("%s\n", line.c_str());
   if (l) co_await close_link(*l);
   co_return ok;
 }
@@ -998,73 +1031,54 @@ void print_client(const client_config& c, const client_stats& st, double wall_us
 // ---------------------------------------------------------------------------------------------------------
 // Command line
 
-int usage(const char* prog, const std::string& why = {}) {
-  std::FILE* out = why.empty() ? stdout : stderr;
-  if (!why.empty()) std::fprintf(stderr, "%s: %s\n", prog, why.c_str());
-  std::fprintf(out,
-               "usage: %s --listen PORT [--address ADDR] [--pool-size BYTES] [--slot-size BYTES]\n"
-               "                  [--ready-file FILE] [--json]\n"
-               "       %s --connect ADDR PORT [--clients N] [--ops N] [--size BYTES] [--after-compaction] [--json]\n"
-               "       %s --connect ADDR PORT --admin compact [--waiting N] | --admin shutdown  [--json]\n",
-               prog, prog, prog);
-  if (!why.empty()) return 2;
-  std::fprintf(out, "\n"
-                    "A storage server over one registered memory pool: each client gets a type-2 memory window to\n"
-                    "write through and one to read through, over a slot of its own; a compaction revokes every\n"
-                    "window, moves the slots and grants fresh keys; a client that uses a revoked key gets\n"
-                    "rem_access_err and recovers by reconnecting and asking again.\n"
-                    "\n"
-                    "Server\n"
-                    "  --listen PORT        rdma_cm port (0: any free one; see --ready-file)\n"
-                    "  --address ADDR       numeric address of the RDMA device to serve on (default 10.77.0.1,\n"
-                    "                       the Soft-RoCE guest's rxe0)\n"
-                    "  --pool-size BYTES    the registered pool, both halves (default 64M; K, M, G suffixes)\n"
-                    "  --slot-size BYTES    one tenant's storage (default 1M); tenants: pool / 2 / slot\n"
-                    "  --ready-file FILE    write the listening port to FILE once ready\n"
-                    "  Stops on SIGINT / SIGTERM or an admin shutdown, then prints its statistics.\n"
-                    "Client\n"
-                    "  --connect ADDR PORT  the server (numeric address)\n"
-                    "  --clients N          sessions in this process, each a connection and tenant (default 2)\n"
-                    "  --ops N              blocks written and read back per round (default 16)\n"
-                    "  --size BYTES         bytes per block (default 4096); ops x size must fit a slot\n"
-                    "  --after-compaction   wait for a compaction, use the revoked key (expect rem_access_err),\n"
-                    "                       recover: reconnect, fresh keys, old data intact, new data verified\n"
-                    "Admin (any client may send these)\n"
-                    "  --admin compact      compact now, or once --waiting N sessions wait for a compaction\n"
-                    "  --admin shutdown     end every session; the server prints its statistics and exits\n"
-                    "Both\n"
-                    "  --json               print the statistics as one JSON line\n"
-                    "\n"
-                    "Exit status: 0 when every step held, 1 when one failed, 2 for a bad command line.\n"
-                    "\n"
-                    "In the Soft-RoCE guest (tools/rxe-vm boots it; rdma_cm works on 10.77.0.1):\n"
-                    "  tools/rxe-vm -- sh -c 'S=build/docs/memory_pool_server A=\"10.77.0.1 7471\"\n"
-                    "    rm -f /tmp/up; $S --listen 7471 --ready-file /tmp/up &\n"
-                    "    until [ -s /tmp/up ]; do sleep 0.2; done\n"
-                    "    $S --connect $A --clients 2 --after-compaction & c=$!\n"
-                    "    $S --connect $A --admin compact --waiting 2; wait $c\n"
-                    "    $S --connect $A --admin shutdown; wait'\n"
-                    "On a host with an RDMA device, use its address for --address and --connect.\n");
-  return 0;
-}
-
-/// Parses a decimal count with an optional K, M or G (binary) suffix, within [lo, hi].
-std::optional<std::uint64_t> parse_number(const char* text, std::uint64_t lo, std::uint64_t hi) {
-  if (*text < '0' || *text > '9') return std::nullopt;
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long n = std::strtoull(text, &end, 10);
-  if (errno) return std::nullopt;
-  int shift = 0;
-  if (*end == 'K' || *end == 'k') shift = 10;
-  if (*end == 'M' || *end == 'm') shift = 20;
-  if (*end == 'G' || *end == 'g') shift = 30;
-  if (shift) ++end;
-  if (*end || n > (hi >> shift)) return std::nullopt;
-  n <<= shift;
-  if (n < lo) return std::nullopt;
-  return n;
-}
+constexpr const char* usage_text =
+    "usage: memory_pool_server --listen ADDR PORT [--pool-size BYTES] [--slot-size BYTES] [--ready-file FILE]\n"
+    "                          [--json]\n"
+    "       memory_pool_server --connect ADDR PORT [--clients N] [--ops N] [--size BYTES] [--after-compaction]\n"
+    "                          [--timeout SECONDS] [--json]\n"
+    "       memory_pool_server --connect ADDR PORT --admin compact [--waiting N] | --admin shutdown\n"
+    "                          [--timeout SECONDS] [--json]\n"
+    "\n"
+    "A storage server over one registered memory pool: each client gets a type-2 memory window to\n"
+    "write through and one to read through, over a slot of its own; a compaction revokes every\n"
+    "window, moves the slots and grants fresh keys; a client that uses a revoked key gets\n"
+    "rem_access_err and recovers by reconnecting and asking again.\n"
+    "\n"
+    "Server\n"
+    "  --listen ADDR PORT   serve on ADDR, the numeric address of an RDMA device's interface (10.77.0.1\n"
+    "                       in the Soft-RoCE guest), rdma_cm port PORT (0: any free one; see\n"
+    "                       --ready-file); --listen PORT --address ADDR says the same\n"
+    "  --pool-size BYTES    the registered pool, both halves (default 64M; K, M, G suffixes)\n"
+    "  --slot-size BYTES    one tenant's storage (default 1M); slots: pool / 2 / slot (default 32)\n"
+    "  --ready-file FILE    write the listening port to FILE once ready\n"
+    "  Stops on SIGINT / SIGTERM or an admin shutdown, then prints its statistics.\n"
+    "Client\n"
+    "  --connect ADDR PORT  the server (numeric address; a refused connection is tried again for 10 s,\n"
+    "                       so client and server may start together)\n"
+    "  --clients N          sessions in this process, each a connection and tenant (default 2); at most\n"
+    "                       the server's slots\n"
+    "  --ops N              blocks written and read back per round (default 16)\n"
+    "  --size BYTES         bytes per block (default 4096); ops x size must fit a slot\n"
+    "  --after-compaction   wait for a compaction (--admin compact, from another process), use the\n"
+    "                       revoked key (expect rem_access_err), recover: reconnect, fresh keys, old\n"
+    "                       data intact, new data verified\n"
+    "  --timeout SECONDS    give up after this long in all (default 80)\n"
+    "Admin (any client may send these)\n"
+    "  --admin compact      compact now, or once --waiting N sessions wait for a compaction (at most\n"
+    "                       the pool's slots; the server waits 60 s for them)\n"
+    "  --admin shutdown     end every session; the server prints its statistics and exits\n"
+    "Both\n"
+    "  --json               print the statistics as one JSON line\n"
+    "\n"
+    "Exit status: 0 when every step held, 1 when one failed, 2 for a bad command line.\n"
+    "\n"
+    "In the Soft-RoCE guest (tools/rxe-vm boots it; rdma_cm works on 10.77.0.1):\n"
+    "  tools/rxe-vm -- sh -c 'S=build/docs/memory_pool_server A=\"10.77.0.1 7471\"\n"
+    "    $S --listen $A &\n"
+    "    $S --connect $A --clients 2 --after-compaction & c=$!\n"
+    "    $S --connect $A --admin compact --waiting 2; wait $c\n"
+    "    $S --connect $A --admin shutdown; wait'\n"
+    "On a host with an RDMA device, use its address for --listen and --connect.\n";
 
 int run_server(const server_config& config) {
   asio::io_context io;
@@ -1097,21 +1111,53 @@ int run_server(const server_config& config) {
   return 0;
 }
 
+/// Why a client process ran out of time (--timeout).
+std::string timeout_reason(const client_config& c) {
+  const std::string limit = "no reply within " + std::to_string(c.timeout) + " s (--timeout SECONDS raises the limit)";
+  if (c.admin == "compact" && c.waiting > 0)
+    return limit + ": the server compacts once " + std::to_string(c.waiting) + " sessions wait for a compaction";
+  if (c.after_compaction)
+    return "no compaction within " + std::to_string(c.timeout) +
+           " s (start one with --admin compact; --timeout SECONDS raises the limit)";
+  return limit;
+}
+
 int run_client(const client_config& config) {
   asio::io_context io;
   client_stats st;
   const auto t0 = clock_type::now();
+  // The time limit: past it, the process says why and leaves at once (its coroutines still hold connections,
+  // which must not be unwound with the io_context).
+  asio::steady_timer limit(io, std::chrono::seconds(config.timeout));
+  limit.async_wait([&](cv::error_code ec) {
+    if (ec) return;
+    const std::string why = timeout_reason(config);
+    if (!config.admin.empty()) {
+      print_admin_failure(config, why);
+    } else {
+      st.unexpected.push_back(why);
+      if (!config.json) std::fprintf(stderr, "memory_pool_server: %s\n", why.c_str());
+      print_client(config, st, micros_since(t0));
+    }
+    std::fflush(nullptr);
+    std::_Exit(1);
+  });
   if (!config.admin.empty()) {
     bool ok = false;
-    asio::co_spawn(io, admin(config, st), [&](std::exception_ptr e, bool r) { ok = !e && r; });
+    asio::co_spawn(io, admin(config, st), [&](std::exception_ptr e, bool r) {
+      ok = !e && r;
+      limit.cancel();
+    });
     io.run();
     return ok ? 0 : 1;
   }
   std::random_device seed;
+  int running = config.clients;
   for (int i = 0; i < config.clients; ++i) {
     const std::uint64_t tenant_id = (static_cast<std::uint64_t>(seed()) << 32 | seed()) | 1;  // never 0
     asio::co_spawn(io, client_session(config, tenant_id, i, st), [&](std::exception_ptr e) {
       if (e) st.unexpected.push_back("a session ended with an exception");
+      if (--running == 0) limit.cancel();
     });
   }
   io.run();
@@ -1123,73 +1169,93 @@ int run_client(const client_config& config) {
 
 }  // namespace
 
-/// A numeric command-line option: its range, what the message calls it, and where the value goes.
-struct numeric_option {
-  const char* name;
-  std::uint64_t lo, hi;
-  const char* takes;  ///< for the message: "--NAME takes ..."
-  bool server;        ///< a server option (else a client one)
-  std::function<void(std::uint64_t)> set;
-};
-
 int main(int argc, char** argv) {
-  const char* prog = "memory_pool_server";
+  using example::in_connect, example::in_listen, example::role;
+  const std::string prog = argc > 0 ? argv[0] : "memory_pool_server";
+  auto bad = [&](const std::string& why) { return example::bad_command_line(prog, why); };
   server_config server;
   client_config client;
-  bool listen = false, connect = false, client_only = false, server_only = false;
-  const numeric_option numeric[] = {
-      {"--listen", 0, 65535, "a port from 0 to 65535", true, [&](auto n) { server.port = std::uint16_t(n); }},
-      {"--pool-size", 4096, 64ull << 30, "bytes from 4K to 64G", true, [&](auto n) { server.pool_size = n; }},
-      {"--slot-size", 64, 1ull << 30, "bytes from 64 to 1G", true, [&](auto n) { server.slot_size = n; }},
-      {"--clients", 1, 64, "a count from 1 to 64", false, [&](auto n) { client.clients = int(n); }},
-      {"--ops", 1, 1u << 20, "a count from 1 to 1048576", false, [&](auto n) { client.ops = n; }},
-      {"--size", 1, 1ull << 30, "bytes from 1 to 1G", false, [&](auto n) { client.size = n; }},
-      {"--waiting", 0, 4096, "a count from 0 to 4096", false, [&](auto n) { client.waiting = std::uint32_t(n); }},
+  std::optional<role> mode;
+  std::string address = server.address;
+  bool address_given = false, address_option = false;
+  std::uint64_t port = 0, pool_size = server.pool_size, slot_size = server.slot_size, clients = client.clients,
+                ops = client.ops, size = client.size, waiting = 0, timeout = client.timeout;
+  const example::numeric_option numeric[] = {
+      {"--pool-size", &pool_size, 4096, 64ull << 30, in_listen, true},
+      {"--slot-size", &slot_size, 64, 1ull << 30, in_listen, true},
+      {"--clients", &clients, 1, 64, in_connect},
+      {"--ops", &ops, 1, 1u << 20, in_connect},
+      {"--size", &size, 1, 1ull << 30, in_connect, true},
+      {"--waiting", &waiting, 0, 4096, in_connect},
+      {"--timeout", &timeout, 1, 3600, in_connect},
   };
+  std::vector<std::pair<std::string, unsigned>> given;  // options given and their roles
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
-    auto used_value = [&] { return ++i, true; };
+    const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
     const auto o = std::find_if(std::begin(numeric), std::end(numeric), [&](auto& o) { return a == o.name; });
-    if (a == "--help" || a == "-h") return usage(prog);
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", usage_text);
+      return 0;
+    }
     if (o != std::end(numeric)) {
-      const auto n = v ? parse_number(v, o->lo, o->hi) : std::nullopt;
-      if (!n) return usage(prog, a + " takes " + o->takes);
-      o->set(*n);
-      used_value();
-      (a == "--listen" ? listen : o->server ? server_only : client_only) = true;
+      if (const auto why = example::take_number(*o, argc, argv, i)) return bad(*why);
+      given.emplace_back(a, o->roles);
+    } else if (a == "--listen" || a == "--connect") {
+      if (mode) return bad("give one of --listen and --connect");
+      mode = a == "--listen" ? role::listen : role::connect;
+      // --listen PORT (the address from --address), the older spelling of --listen ADDR PORT
+      const bool port_alone = *mode == role::listen && value && example::detail::parse_number(value, 0, 65535, port);
+      if (!port_alone) {
+        if (i + 2 >= argc) return bad(a + " takes an address and a port");
+        address = argv[++i];
+        address_given = true;
+      }
+      const std::uint64_t lowest = *mode == role::listen ? 0 : 1;
+      if (!example::detail::parse_number(argv[++i], lowest, 65535, port))
+        return bad("the port must be a number from " + std::to_string(lowest) + " to 65535 (got '" + argv[i] + "')");
     } else if (a == "--address" || a == "--ready-file") {
-      if (!v || !*v) return usage(prog, a + " takes " + (a == "--address" ? "a numeric IP address" : "a file name"));
-      (a == "--address" ? server.address : server.ready_file) = v;
-      server_only = used_value();
-    } else if (a == "--connect") {
-      if (i + 2 >= argc || !parse_number(argv[i + 2], 1, 65535))
-        return usage(prog, "--connect takes an address and a port from 1 to 65535");
-      client.host = argv[++i];
-      client.port = argv[++i];
-      connect = true;
+      if (!value || !*value) return bad(a + " takes " + (a == "--address" ? "a numeric IP address" : "a file name"));
+      (a == "--address" ? address : server.ready_file) = argv[++i];
+      address_option = address_option || a == "--address";
+      given.emplace_back(a, in_listen);
     } else if (a == "--admin") {
-      if (!v || (std::strcmp(v, "compact") && std::strcmp(v, "shutdown")))
-        return usage(prog, "--admin takes 'compact' or 'shutdown'");
-      client.admin = v;
-      client_only = used_value();
+      if (!value || (std::strcmp(value, "compact") && std::strcmp(value, "shutdown")))
+        return bad("--admin takes 'compact' or 'shutdown'" + (value ? " (got '" + std::string(value) + "')" : ""));
+      client.admin = argv[++i];
+      given.emplace_back(a, in_connect);
     } else if (a == "--after-compaction") {
-      client.after_compaction = client_only = true;
+      client.after_compaction = true;
+      given.emplace_back(a, in_connect);
     } else if (a == "--json") {
       server.json = client.json = true;
     } else {
-      return usage(prog, "unknown argument '" + a + "'");
+      return bad("unknown argument '" + a + "'");
     }
   }
-  if (listen == connect) return usage(prog, "give exactly one of --listen (server) and --connect (client)");
-  if (listen && client_only)
-    return usage(prog, "--clients, --ops, --size, --after-compaction, --admin and --waiting are client options");
-  if (connect && server_only)
-    return usage(prog, "--address, --pool-size, --slot-size and --ready-file are server options");
-  if (listen && server.pool_size / 2 / server.slot_size == 0)
-    return usage(prog, "--pool-size must hold at least two slots of --slot-size (one per half)");
-  if (!client.admin.empty() && client.after_compaction)
-    return usage(prog, "--admin does not mix with --after-compaction");
-  if (client.waiting && client.admin != "compact") return usage(prog, "--waiting goes with --admin compact");
-  return listen ? run_server(server) : run_client(client);
+  if (!mode) return bad("say what to run: --listen ADDR PORT or --connect ADDR PORT");
+  for (const auto& [name, roles] : given)
+    if (const auto why = example::check_role(name, roles, *mode)) return bad(*why);
+  if (address_given && address_option) return bad("give the address once: --listen ADDR PORT or --address ADDR");
+  if (const auto why = example::check_address(address)) return bad(*why);
+  if (*mode == role::listen && pool_size / 2 / slot_size == 0)
+    return bad("--pool-size (" + std::to_string(pool_size) + " bytes) must hold at least two slots of --slot-size (" +
+               std::to_string(slot_size) + " bytes), one per half: raise --pool-size or lower --slot-size");
+  if (!client.admin.empty() && client.after_compaction) return bad("--admin does not mix with --after-compaction");
+  if (waiting && client.admin != "compact") return bad("--waiting goes with --admin compact");
+  if (*mode == role::listen) {
+    server.address = address;
+    server.port = static_cast<std::uint16_t>(port);
+    server.pool_size = pool_size;
+    server.slot_size = slot_size;
+    return run_server(server);
+  }
+  client.host = address;
+  client.port = static_cast<std::uint16_t>(port);
+  client.clients = static_cast<int>(clients);
+  client.ops = ops;
+  client.size = size;
+  client.waiting = static_cast<std::uint32_t>(waiting);
+  client.timeout = static_cast<unsigned>(timeout);
+  return run_client(client);
 }

@@ -162,10 +162,10 @@ struct param_server {
   example::timings read_binds, push_binds, invalidations, round_times;
 
   param_server(cv::listener& l, asio::io_context& io, unsigned w, unsigned r, std::size_t params)
-      : workers(w), rounds(r), pd(example::listening_device(l)), cq(io, example::listening_device(l), {.depth = 8192}),
-        values(params), mr(pd, std::as_writable_bytes(std::span(values)),
-                           cv::access::local_write | cv::access::remote_read | cv::access::remote_write |
-                               cv::access::remote_atomic | cv::access::mw_bind),
+      : workers(w), rounds(r), pd(l.get_device()), cq(io, l.get_device(), {.depth = 8192}), values(params),
+        mr(pd, std::as_writable_bytes(std::span(values)),
+           cv::access::local_write | cv::access::remote_read | cv::access::remote_write | cv::access::remote_atomic |
+               cv::access::mw_bind),
         event(io, clock::time_point::max()), pulled(r), pushed(r), round_started(r), exact(r) {
     for (std::size_t j = 0; j < values.size(); ++j)
       values[j] = initial_value(j);
@@ -473,10 +473,12 @@ int run(const example::command_line& cmd, unsigned workers, unsigned rounds, std
 
 int main(int argc, char** argv) {
   std::uint64_t workers = 4, rounds = 10, params = 256;
-  return example::run_main(
-      argc, argv, "param_server", usage_text,
-      {{"--workers", &workers, 1, 16}, {"--rounds", &rounds, 1, 1000}, {"--params", &params, 1, 65536}},
-      [&](const example::command_line& cmd) {
-        return run(cmd, static_cast<unsigned>(workers), static_cast<unsigned>(rounds), params);
-      });
+  constexpr unsigned serving = example::in_self_test | example::in_listen;  // a worker learns them from the server
+  return example::run_main(argc, argv, "param_server", usage_text,
+                           {{"--workers", &workers, 1, 16, serving},
+                            {"--rounds", &rounds, 1, 1000, serving},
+                            {"--params", &params, 1, 65536, serving}},
+                           [&](const example::command_line& cmd) {
+                             return run(cmd, static_cast<unsigned>(workers), static_cast<unsigned>(rounds), params);
+                           });
 }
