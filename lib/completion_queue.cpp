@@ -19,6 +19,10 @@ cq_impl::cq_impl(const boost::asio::any_io_executor& ex, ibv_context* context, c
   if (options.depth < 1)
     throw system_error(errno_code(EINVAL),
                        "completion_queue: depth must be at least 1 (got " + std::to_string(options.depth) + ")");
+  if (options.max_completions_per_turn < 1)
+    throw system_error(errno_code(EINVAL),
+                       "completion_queue: max_completions_per_turn must be at least 1 (got 0); it bounds how many "
+                       "completions one dispatch turn handles before other handlers on the loop run");
   channel_ = ibv_create_comp_channel(context);
   throw_on_error(verbs_null_result(channel_), "ibv_create_comp_channel");
   const int flags = ::fcntl(channel_->fd, F_GETFL);
@@ -92,10 +96,30 @@ void cq_impl::arm_and_wait() {
 }
 
 bool cq_impl::drain_and_continue() {
-  drain(true);
+  drain_turn();
   if (closed_) return false;
   if (outstanding_ == 0) waiting_ = false;
-  return waiting_;
+  if (!waiting_) return false;
+  if (turn_full_) {
+    yield_turn();
+    return false;
+  }
+  return true;
+}
+
+void cq_impl::yield_turn() {
+  ++stats_.yields;
+  if (options_.spin.count() > 0)
+    boost::asio::post(executor_, [self = shared_from_this()] { self->spin_step(); });
+  else
+    boost::asio::post(executor_, [self = shared_from_this()] { self->continue_turn(); });
+}
+
+void cq_impl::continue_turn() {
+  // The queue is still armed from before the turn that yielded; arming again is harmless, and it polls
+  // after arming, so nothing that landed meanwhile is missed.
+  if (closed_) return;
+  arm_and_wait();
 }
 
 void cq_impl::on_readable(const error_code& ec) {
@@ -114,19 +138,18 @@ void cq_impl::on_readable(const error_code& ec) {
   if (!any) ++stats_.spurious_wakeups;
   ack_events(false);
   auto keep = shared_from_this();
+  if (options_.spin.count() > 0) spin_deadline_ = std::chrono::steady_clock::now() + options_.spin;
   if (!drain_and_continue()) return;
-  if (options_.spin.count() > 0) {
-    spin_deadline_ = std::chrono::steady_clock::now() + options_.spin;
+  if (options_.spin.count() > 0)
     boost::asio::post(executor_, [self = std::move(keep)] { self->spin_step(); });
-  } else {
+  else
     arm_and_wait();
-  }
 }
 
 void cq_impl::spin_step() {
   if (closed_) return;
   auto keep = shared_from_this();
-  const std::size_t n = drain(true);
+  const std::size_t n = drain_turn();
   if (closed_) return;
   if (outstanding_ == 0) {
     waiting_ = false;
@@ -135,11 +158,13 @@ void cq_impl::spin_step() {
   if (options_.spin != completion_queue_options::spin_forever) {
     const auto now = std::chrono::steady_clock::now();
     if (n > 0) spin_deadline_ = now + options_.spin;
-    if (now >= spin_deadline_) {
+    if (now >= spin_deadline_ && !turn_full_) {
       arm_and_wait();
       return;
     }
   }
+  // Every step is a handler of its own: the rest of the loop runs between two steps.
+  if (turn_full_) ++stats_.yields;
   boost::asio::post(executor_, [self = std::move(keep)] { self->spin_step(); });
 }
 
@@ -167,15 +192,17 @@ void cq_impl::handle(const ibv_wc& wc, bool may_dispatch) {
   qp_on_completion(node->qp, node, wc, may_dispatch);
 }
 
-std::size_t cq_impl::drain(bool may_dispatch) {
+std::size_t cq_impl::drain(bool may_dispatch, std::size_t limit) {
   // Completions are taken one at a time from a batch kept in this object, so a handler that destroys a
   // queue pair (which drains this queue for its own flushed requests) sees the rest of the batch too.
   std::size_t n = 0;
   ibv_wc wc;
-  while (!closed_ && pop(wc)) {
+  turn_full_ = false;
+  while (n < limit && !closed_ && pop(wc)) {
     handle(wc, may_dispatch);
     ++n;
   }
+  turn_full_ = n == limit;
   return n;
 }
 
@@ -205,6 +232,6 @@ std::size_t completion_queue::outstanding() const noexcept { return impl_ ? impl
 completion_queue_stats completion_queue::stats() const noexcept {
   return impl_ ? impl_->stats_ : completion_queue_stats{};
 }
-std::size_t completion_queue::poll() { return impl_ ? impl_->drain(true) : 0; }
+std::size_t completion_queue::poll() { return impl_ ? impl_->drain_turn() : 0; }
 
 }  // namespace coverbs

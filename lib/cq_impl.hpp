@@ -25,8 +25,11 @@ public:
     if (!waiting_) start_waiting();
   }
 
-  /// Polls and dispatches until the queue is empty. `may_dispatch`: handlers may run inline.
-  std::size_t drain(bool may_dispatch);
+  /// Polls and dispatches until the queue is empty or `limit` completions were handled (then `turn_full_`).
+  /// `may_dispatch`: handlers may run inline.
+  std::size_t drain(bool may_dispatch, std::size_t limit);
+  /// One dispatch turn: at most `max_completions_per_turn` completions.
+  std::size_t drain_turn() { return drain(true, options_.max_completions_per_turn); }
 
   /// For a queue pair being destroyed: polls (handlers only posted) until `done()` or `deadline`.
   template <class Pred>
@@ -55,7 +58,12 @@ private:
   void arm_and_wait();
   void on_readable(const error_code& ec);
   void spin_step();
-  /// Drains; false when the queue closed or nothing is outstanding any more (then it stops waiting).
+  /// The rest of a turn that stopped at its bound, as a handler of its own (event-driven mode).
+  void continue_turn();
+  /// Posts `continue_turn` (event-driven) or `spin_step` (adaptive, spinning) to the executor.
+  void yield_turn();
+  /// Drains one turn; false when the queue closed or nothing is outstanding any more (then it stops
+  /// waiting), or when the turn stopped at its bound and the rest was posted (`yield_turn`).
   bool drain_and_continue();
   bool pop(ibv_wc& wc);
   void handle(const ibv_wc& wc, bool may_dispatch);
@@ -65,6 +73,7 @@ private:
   completion_queue_options options_;
   bool waiting_ = false;  // a readiness wait or a spin step is pending
   bool closed_ = false;
+  bool turn_full_ = false;  // the last drain stopped at its limit: the queue may hold more
   unsigned unacked_ = 0;
   std::chrono::steady_clock::time_point spin_deadline_{};
   std::array<ibv_wc, 32> batch_{};

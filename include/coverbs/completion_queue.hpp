@@ -14,6 +14,19 @@
 /// before it arms and sleeps (adaptive mode); `spin_forever` busy-polls while work is outstanding (the
 /// lowest latency, one core per loop: what perftest does by default).
 ///
+/// @par Fairness
+/// The queue shares its executor with timers, sockets and every other handler, so it never keeps the loop
+/// to itself. One *dispatch turn* (one handler of the queue's own, run by the executor) takes at most
+/// `completion_queue_options::max_completions_per_turn` completions from the queue and completes their
+/// operations; when it stopped at that bound it posts its continuation to the executor and returns, so
+/// every handler that was ready before (a timer's expiry, a lease's time-to-live, a socket read,
+/// `io_context::stop()`) runs before the next batch. In every mode — event-driven, adaptive, busy-polling —
+/// at most `max_completions_per_turn` completions of one queue run between two chances of the rest of the
+/// loop. A completion whose handler is associated with the queue's executor runs inside the turn
+/// (dispatch); one associated with another executor (a strand, another loop) is posted there. The
+/// drain-after-arm guarantee is kept: after arming, the queue is polled again, in bounded turns, before the
+/// queue waits on its channel. Handlers never run inside an initiating function.
+///
 /// @par Thread Safety
 /// Distinct objects: safe. Shared objects: unsafe; use the queue and its queue pairs from its executor
 /// (one thread, or a strand).
@@ -54,6 +67,10 @@ struct completion_queue_options {
   int comp_vector = 0;
   /// Events taken before they are acknowledged with one ibv_ack_cq_events call.
   unsigned ack_batch = 64;
+  /// Completions one dispatch turn handles at most before it yields the loop (see Fairness above);
+  /// at least 1 (0 is refused with EINVAL). Smaller: less delay for other handlers on the loop (each
+  /// completion's handler runs inside the turn); larger: fewer posts per completion under load.
+  unsigned max_completions_per_turn = 32;
 };
 
 /// Counters of a completion queue's dispatch loop.
@@ -63,6 +80,7 @@ struct completion_queue_stats {
   std::uint64_t arms = 0;              ///< ibv_req_notify_cq calls
   std::uint64_t polls = 0;             ///< ibv_poll_cq calls
   std::uint64_t completions = 0;       ///< work completions dispatched
+  std::uint64_t yields = 0;            ///< dispatch turns that stopped at max_completions_per_turn
 };
 
 /// A completion queue bound to an executor. Move-only.
@@ -75,7 +93,8 @@ public:
 
   /// Creates the queue and its completion channel on `dev`, serviced by `ex`.
   /// @throws system_error with the errno of ibv_create_comp_channel(3) / ibv_create_cq(3) (EINVAL: depth
-  /// above device_caps::max_cqe or a bad comp_vector).
+  /// above device_caps::max_cqe or a bad comp_vector); EINVAL for a depth below 1 or
+  /// max_completions_per_turn of 0.
   completion_queue(const executor_type& ex, device& dev, const completion_queue_options& options = {});
   /// As above, serviced by `ctx`'s executor (e.g. an io_context).
   template <class ExecutionContext,
@@ -97,7 +116,8 @@ public:
   std::size_t outstanding() const noexcept;
   completion_queue_stats stats() const noexcept;
 
-  /// Polls now, without waiting, and dispatches what it finds. @returns completions dispatched.
+  /// Polls now, without waiting, and dispatches what it finds, at most `max_completions_per_turn`
+  /// (call again while it returns that many). @returns completions dispatched.
   /// For callers that drive their own polling loop; the queue polls by itself otherwise.
   std::size_t poll();
 
