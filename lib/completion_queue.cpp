@@ -15,7 +15,7 @@ namespace coverbs {
 namespace detail {
 
 cq_impl::cq_impl(const boost::asio::any_io_executor& ex, ibv_context* context, const completion_queue_options& options)
-    : executor_(ex), channel_fd_(ex), options_(options) {
+    : executor_(ex), channel_fd_(std::in_place, ex), options_(options) {
   if (options.depth < 1)
     throw system_error(errno_code(EINVAL),
                        "completion_queue: depth must be at least 1 (got " + std::to_string(options.depth) + ")");
@@ -39,7 +39,8 @@ cq_impl::cq_impl(const boost::asio::any_io_executor& ex, ibv_context* context, c
                                ", comp_vector=" + std::to_string(options.comp_vector) + ")");
   }
   depth_ = options.depth;
-  channel_fd_.assign(channel_->fd);
+  channel_fd_->assign(channel_->fd);
+  enroll(boost::asio::query(executor_, boost::asio::execution::context));
 }
 
 cq_impl::~cq_impl() { close(); }
@@ -47,9 +48,7 @@ cq_impl::~cq_impl() { close(); }
 void cq_impl::close() noexcept {
   if (closed_) return;
   closed_ = true;
-  error_code ignored;
-  channel_fd_.cancel(ignored);
-  channel_fd_.release();  // the channel owns the fd
+  release_channel_fd();
   ack_events(true);
   if (cq_) {
     const error_code ec = verbs_status_result(ibv_destroy_cq(cq_));
@@ -61,6 +60,14 @@ void cq_impl::close() noexcept {
   }
   cq_ = nullptr;
   channel_ = nullptr;
+}
+
+void cq_impl::release_channel_fd() noexcept {
+  if (!channel_fd_) return;
+  error_code ignored;
+  channel_fd_->cancel(ignored);
+  channel_fd_->release();  // the channel owns the fd
+  channel_fd_.reset();
 }
 
 void cq_impl::ack_events(bool all) noexcept {
@@ -84,14 +91,14 @@ void cq_impl::start_waiting() {
 }
 
 void cq_impl::arm_and_wait() {
-  if (closed_) return;
+  if (closed_ || !channel_fd_) return;
   if (const int rc = ibv_req_notify_cq(cq_, 0); rc != 0)
     std::fprintf(stderr, "coverbs: ibv_req_notify_cq failed (%s)\n", verbs_status_result(rc).message().c_str());
   ++stats_.arms;
   // A completion that arrived before the arming raises no event: poll again now.
   auto keep = shared_from_this();
-  if (!drain_and_continue()) return;
-  channel_fd_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
+  if (!drain_and_continue() || !channel_fd_) return;
+  channel_fd_->async_wait(boost::asio::posix::stream_descriptor::wait_read,
                          [self = std::move(keep)](const error_code& ec) { self->on_readable(ec); });
 }
 

@@ -4,6 +4,8 @@
 #include <coverbs/completion_queue.hpp>
 #include <coverbs/detail/wr_node.hpp>
 
+#include "io_owner.hpp"
+
 #include <boost/asio/posix/stream_descriptor.hpp>
 
 #include <infiniband/verbs.h>
@@ -11,10 +13,11 @@
 #include <array>
 #include <chrono>
 #include <memory>
+#include <optional>
 
 namespace coverbs::detail {
 
-class cq_impl : public std::enable_shared_from_this<cq_impl> {
+class cq_impl : public std::enable_shared_from_this<cq_impl>, public io_owner {
 public:
   cq_impl(const boost::asio::any_io_executor& ex, ibv_context* context, const completion_queue_options& options);
   ~cq_impl();
@@ -44,6 +47,7 @@ public:
   void unreserve(std::size_t entries) noexcept { reserved_ -= entries; }
 
   void close() noexcept;
+  void on_context_shutdown() noexcept override { release_channel_fd(); }
 
   boost::asio::any_io_executor executor_;
   ibv_comp_channel* channel_ = nullptr;
@@ -68,8 +72,10 @@ private:
   bool pop(ibv_wc& wc);
   void handle(const ibv_wc& wc, bool may_dispatch);
   void ack_events(bool all) noexcept;
+  /// Stops waiting on the channel and destroys the descriptor object (the channel keeps the fd).
+  void release_channel_fd() noexcept;
 
-  boost::asio::posix::stream_descriptor channel_fd_;
+  std::optional<boost::asio::posix::stream_descriptor> channel_fd_;
   completion_queue_options options_;
   bool waiting_ = false;  // a readiness wait or a spin step is pending
   bool closed_ = false;
