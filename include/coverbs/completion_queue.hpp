@@ -3,7 +3,7 @@
 /// `completion_queue`: a CQ whose completion channel is serviced by an Asio executor, so work requests
 /// posted by `queue_pair` operations complete as ordinary Asio asynchronous operations.
 ///
-/// How completions are found (ARCHITECTURE.md, "completion dispatch"): the channel fd (O_NONBLOCK) is
+/// How completions are found (docs/architecture.md, "The path of one operation"): the channel fd (O_NONBLOCK) is
 /// waited on as an Asio descriptor while work is outstanding; on readiness every pending event is taken
 /// with ibv_get_cq_event, events are acknowledged in batches (ibv_ack_cq_events), the CQ is re-armed
 /// (ibv_req_notify_cq) and polled until empty *after* arming, so a completion that lands between the last

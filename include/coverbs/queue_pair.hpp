@@ -4,8 +4,8 @@
 ///
 /// Each `async_*` function posts one signaled work request whose wr_id is the operation itself; the
 /// completion queue's loop completes the handler on the handler's associated executor with the handler's
-/// associated allocator (ARCHITECTURE.md, "data path"). Every operation works with any completion token
-/// (`use_awaitable` by default, callbacks, `use_future`, `deferred`, `as_tuple`, ...).
+/// associated allocator (docs/architecture.md, "The path of one operation"). Every operation works with any
+/// completion token (`use_awaitable` by default, callbacks, `use_future`, `deferred`, `as_tuple`, ...).
 ///
 /// Send-queue credits: when the send (or receive) queue is full, an operation waits its turn in FIFO order
 /// instead of failing. A post that fails completes the handler with the verb's errno — never from inside
