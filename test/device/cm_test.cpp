@@ -291,3 +291,20 @@ TEST_CASE("bad addresses, ports and private data give clear errors", "[cm]") {
   REQUIRE(loop.run_until([&] { return got.has_value(); }));
   CHECK(*got == cv::errc::invalid_address);
 }
+
+TEST_CASE("an io_context destroyed without running again after its connections went out of scope is clean",
+          "[cm][shutdown]") {
+  // The connections keep themselves alive through their event channels' pending waits; Asio destroys
+  // those waits only while it destroys its io_uring service, after the timer service is gone. Each
+  // connection's timer and descriptors must be gone by then (AddressSanitizer: heap-use-after-free).
+  auto loop = std::make_unique<test::event_loop>();
+  {
+    cv::listener l(loop->io.get_executor(), address, 0);
+    accepted server, client;
+    connect_both(*loop, l, server, client);
+    REQUIRE(server.conn.connected());
+    REQUIRE(client.conn.connected());
+  }
+  loop.reset();
+  SUCCEED("the io_context and everything it kept alive are gone");
+}
