@@ -1,6 +1,8 @@
 #pragma once
 // Argument parsing shared by the bench binaries: numbers and sizes are checked, never clamped, and a bad
 // one ends the program with a usage message (exit status 2).
+#include "../tools/size_argument.hpp"
+
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -21,7 +23,7 @@ inline long long parse_count(const char* prog, const char* usage, const std::str
   char* end = nullptr;
   errno = 0;
   const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || errno || *end || v < min || v > max)
+  if (text.empty() || text[0] < '0' || text[0] > '9' || errno || *end || v < min || v > max) // no sign, no spaces
     usage_error(prog,
                 flag + " takes a whole number from " + std::to_string(min) + " to " + std::to_string(max) + " (got '" +
                     text + "')",
@@ -29,28 +31,23 @@ inline long long parse_count(const char* prog, const char* usage, const std::str
   return v;
 }
 
-/// A size in bytes with an optional K, M or G suffix (powers of 1024), in [min, max].
+/// A size in bytes with an optional K, M, G or T suffix (powers of 1024), in [min, max]
+/// (tools/size_argument.hpp: no sign, no overflow).
 inline std::uint64_t parse_size(const char* prog, const char* usage, const std::string& flag, const std::string& text,
                                 std::uint64_t min, std::uint64_t max) {
-  auto bad = [&] {
-    usage_error(prog,
-                flag + " takes a size like 64, 4K, 1M or 512M from " + std::to_string(min) + " to " +
-                    std::to_string(max) + " bytes (got '" + text + "')",
-                usage);
-  };
-  if (text.empty() || text[0] < '0' || text[0] > '9') bad();
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long n = std::strtoull(text.c_str(), &end, 10);
-  std::uint64_t mul = 1;
-  if (*end == 'K' || *end == 'k')
-    mul = 1ull << 10, ++end;
-  else if (*end == 'M' || *end == 'm')
-    mul = 1ull << 20, ++end;
-  else if (*end == 'G' || *end == 'g')
-    mul = 1ull << 30, ++end;
-  if (errno || *end || n > max / mul || n * mul < min || n * mul > max) bad();
-  return n * mul;
+  const auto n = size_argument::parse(text, min, max);
+  if (!n) usage_error(prog, size_argument::expected(flag, text, min, max), usage);
+  return *n;
+}
+
+/// Ends the program (exit status 1) when `bytes` of registered memory for `what` cannot fit in physical
+/// memory, before anything is allocated or opened.
+inline void check_fits(const char* prog, const char* what, std::uint64_t bytes, const std::string& flag,
+                       std::uint64_t flag_value) {
+  if (const auto why = size_argument::exceeds_memory(what, bytes, flag, flag_value)) {
+    std::fprintf(stderr, "%s: %s\n", prog, why->c_str());
+    std::exit(1);
+  }
 }
 
 /// A comma-separated list of sizes.

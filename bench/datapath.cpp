@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <new>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -332,6 +333,9 @@ result bandwidth(side& client, side& server, const config& c) {
 
 int main(int argc, char** argv) {
   const config c = parse(argc, argv);
+  // Two sides (as two perftest processes), each registering 2 x --size: all of it pinned.
+  bench::check_fits("bench_datapath", "the registered buffers of both sides (4 x --size)", 4 * std::uint64_t{c.size},
+                    "--size", c.size);
   try {
     side client(c, 2 * c.size), server(c, 2 * c.size);
     cv::connect_pair(client.qp, server.qp);
@@ -367,6 +371,12 @@ int main(int argc, char** argv) {
         std::printf("%-9s %-8s %8zu B %8d iters  %10.2f MiB/s  %8.4f Mpps\n", c.test.c_str(), c.mode.c_str(), c.size,
                     c.iters, bps / 1048576.0, mpps);
     }
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "bench_datapath: %s\n",
+                 size_argument::cannot_allocate("the registered buffers of both sides (4 x --size)",
+                                                4 * std::uint64_t{c.size}, "--size", c.size)
+                     .c_str());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_datapath: %s\n", e.what());
     return 1;

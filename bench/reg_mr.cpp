@@ -63,6 +63,9 @@ int main(int argc, char** argv) {
       bench::usage_error("bench_reg_mr", "unknown or incomplete argument '" + a + "'", usage);
   }
   if (sizes.empty()) sizes = {4u << 10, 64u << 10, 1u << 20, 16u << 20, 64u << 20};
+  for (const std::uint64_t size : sizes)
+    bench::check_fits("bench_reg_mr", "the registered buffer", size, "--sizes", size);
+  std::uint64_t allocating = 0;
 
   try {
     coverbs::device dev = coverbs::device::open(name);
@@ -75,6 +78,7 @@ int main(int argc, char** argv) {
                   "raw_reg_p50_us", "raw_dereg_p50");
     bool first = true;
     for (const std::uint64_t size : sizes) {
+      allocating = size;
       std::vector<std::byte> buffer(size, std::byte{1});  // touched, so registration measures pinning only
       std::vector<double> reg, dereg, raw_reg, raw_dereg;
       for (int i = 0; i < iters; ++i) {
@@ -105,7 +109,8 @@ int main(int argc, char** argv) {
     }
     if (json) std::printf("\n]}\n");
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "bench_reg_mr: not enough memory for the buffer (try smaller --sizes)\n");
+    std::fprintf(stderr, "bench_reg_mr: %s\n",
+                 size_argument::cannot_allocate("the registered buffer", allocating, "--sizes", allocating).c_str());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_reg_mr: %s\n", e.what());

@@ -28,11 +28,13 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -61,7 +63,9 @@ struct arena {
   std::span<std::byte> span;
   arena(std::size_t size, std::size_t offset, bool thp) : total(size + 4 * mib) {
     void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
+    if (p == MAP_FAILED)
+      throw std::runtime_error(size_argument::cannot_allocate("the registered arena", total, "--max-size", size) +
+                               " (mmap: " + std::strerror(errno) + ")");
     base = static_cast<std::byte*>(p);
     auto at = (reinterpret_cast<std::uintptr_t>(p) + 2 * mib - 1) & ~(2 * mib - 1);
     span = {reinterpret_cast<std::byte*>(at + offset), size};
@@ -143,6 +147,7 @@ int main(int argc, char** argv) {
       arg.unknown();
   }
   stall_size = std::min(stall_size, max_size);
+  bench::check_fits(prog, "the registered arena", max_size + 4 * mib, "--max-size", max_size);
   try {
     coverbs::device dev = coverbs::device::open(name);
     coverbs::protection_domain pd(dev);

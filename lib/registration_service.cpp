@@ -142,9 +142,23 @@ bool registration_core::submit(const std::shared_ptr<request>& r) {
     shared_queue_.push_back(r);
     return !std::exchange(kick_pending_, true);
   }
+  r->queue_pos = queue_.insert(queue_.end(), r);
+  r->queued = true;
   lock.unlock();
-  boost::asio::post(pool_, [this, r] { run(r); });
+  boost::asio::post(pool_, [this] { run_next(); });
   return false;
+}
+
+void registration_core::run_next() noexcept {
+  std::shared_ptr<request> r;
+  {
+    std::lock_guard lock(mutex_);
+    if (queue_.empty()) return; // its request was cancelled: another turn took the next one already
+    r = std::move(queue_.front());
+    queue_.pop_front();
+    r->queued = false;
+  }
+  run(r);
 }
 
 void registration_core::kick() {
@@ -158,13 +172,18 @@ void registration_core::kick() {
 void registration_core::cancel(const std::shared_ptr<request>& r) noexcept {
   auto expected = request_state::posted;
   if (r->state.compare_exchange_strong(expected, request_state::cancelled)) {
+    acct_->cancels_queued.fetch_add(1, std::memory_order_relaxed);
     r->ec = aborted;
     finish(r);
     return;
   }
   // Only a registration can be thrown away once it runs: deregistering undoes it.
-  if (expected == request_state::running && (r->kind == request_kind::reg || r->kind == request_kind::reg_shared))
-    r->state.compare_exchange_strong(expected, request_state::cancel_requested);
+  if (expected == request_state::running && (r->kind == request_kind::reg || r->kind == request_kind::reg_shared) &&
+      r->state.compare_exchange_strong(expected, request_state::cancel_requested)) {
+    acct_->cancels_running.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  acct_->cancels_late.fetch_add(1, std::memory_order_relaxed);
 }
 
 void registration_core::shutdown() noexcept {
@@ -194,6 +213,10 @@ void registration_core::finish(const std::shared_ptr<request>& r) noexcept {
     std::lock_guard lock(mutex_);
     if (r->listed) in_flight_.erase(r->in_flight_pos);
     r->listed = false;
+    // A request cancelled while queued leaves the queues now, not when a worker gets to it.
+    if (r->queued) queue_.erase(r->queue_pos);
+    r->queued = false;
+    if (r->kind == request_kind::reg_shared) std::erase(shared_queue_, r);
   }
   acct_->in_flight.fetch_sub(1, std::memory_order_relaxed);
   switch (r->state.load()) {
@@ -342,6 +365,20 @@ void registration_core::run_shared_batch() noexcept {
   const auto rights = group[0]->rights;
   error_code ec;
   ibv_mr* mr = register_with_retry(*group[0], pd, {begin, static_cast<std::size_t>(end - begin)}, rights, ec);
+  if (!mr && group.size() > 1) {
+    // One bad range (pages not mapped, or read-only while the rights ask for write access: EFAULT) fails the
+    // whole union. Register each request on its own instead, so only the bad ones fail, and each good one
+    // gets a registration of exactly what it asked for (so a cache entry covers no more than that).
+    acct_->merges_split.fetch_add(1, std::memory_order_relaxed);
+    for (const auto& r : group) {
+      if (r->state.load() != request_state::cancel_requested) {
+        ibv_mr* own = register_with_retry(*r, pd, r->buffer, rights, r->ec);
+        if (own) r->shared = std::make_shared<shared_mr>(acct_, own, rights);
+      }
+      settle(r); // at once: a good request does not wait for the others' verbs
+    }
+    return;
+  }
   auto shared = mr ? std::make_shared<shared_mr>(acct_, mr, rights) : nullptr;
   acct_->merged.fetch_add(group.size() - 1, std::memory_order_relaxed);
   for (const auto& r : group) {
@@ -368,9 +405,13 @@ registration_stats registration_core::stats() const noexcept {
   s.cancelled = get(a.cancelled);
   s.retries = get(a.retries);
   s.merged = get(a.merged);
+  s.merges_split = get(a.merges_split);
   s.rereg_in_place = get(a.rereg_in_place);
   s.rereg_fallbacks = get(a.rereg_fallbacks);
   s.in_flight = get(a.in_flight);
+  s.cancels_queued = get(a.cancels_queued);
+  s.cancels_running = get(a.cancels_running);
+  s.cancels_late = get(a.cancels_late);
   return s;
 }
 

@@ -1,4 +1,5 @@
 #include "registration_commands.hpp"
+#include "size_argument.hpp"
 
 #include <coverbs/buffer_pool.hpp>
 #include <coverbs/coverbs.hpp>
@@ -19,6 +20,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -36,27 +38,26 @@ struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Sizes on the command line: 1 byte to 64 GiB (the memory is touched and registered, so it must fit in
+/// physical memory too: see `fits`).
+constexpr std::uint64_t max_size = std::uint64_t{64} << 30;
+
 std::size_t parse_size(const std::string& s, const char* option) {
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long n = std::strtoull(s.c_str(), &end, 10);
-  unsigned shift = 0;
-  if (end != s.c_str() && *end) {
-    const char unit = static_cast<char>(std::toupper(static_cast<unsigned char>(*end++)));
-    shift = unit == 'K' ? 10 : unit == 'M' ? 20 : unit == 'G' ? 30 : 64;
-    if (*end == 'i' || *end == 'B') ++end; // 4KiB, 4KB
-    if (*end == 'B') ++end;
-  }
-  if (end == s.c_str() || *end || errno || n == 0 || shift == 64 || (n << shift) >> shift != n)
-    throw usage_error(std::string(option) + " takes a positive size like 4096, 4K, 16M or 1G (got '" + s + "')");
-  return static_cast<std::size_t>(n << shift);
+  const auto n = size_argument::parse(s, 1, max_size);
+  if (!n) throw usage_error(size_argument::expected(option, s, 1, max_size));
+  return static_cast<std::size_t>(*n);
+}
+
+/// Refuses (before any device is opened) a size that cannot be pinned on this machine.
+void fits(std::size_t bytes, const char* what, const char* option) {
+  if (const auto why = size_argument::exceeds_memory(what, bytes, option, bytes)) throw std::runtime_error(*why);
 }
 
 unsigned long parse_count(const std::string& s, const char* option, unsigned long max) {
   char* end = nullptr;
   errno = 0;
   const unsigned long n = std::strtoul(s.c_str(), &end, 10);
-  if (end == s.c_str() || *end || errno || n == 0 || n > max)
+  if (s.empty() || s[0] < '0' || s[0] > '9' || *end || errno || n == 0 || n > max) // no sign: "-1" is not ULONG_MAX
     throw usage_error(std::string(option) + " takes a whole number from 1 to " + std::to_string(max) + " (got '" + s +
                       "')");
   return n;
@@ -113,6 +114,14 @@ void progress(std::size_t done, std::size_t total, const std::string& what) {
 
 } // namespace
 
+const char* const reg_latency_usage =
+    "usage: coverbs reg-latency [--size 4K..1G] [--percentiles 50,99,99.9] [--iters N] [--device NAME] [--json]\n"
+    "  registration latency by size: synchronous ibv_reg_mr, through the worker pool, a registration-cache\n"
+    "  hit, a pool allocation; sizes from A to B step by x4 (1 byte to 64G, within physical memory)\n";
+const char* const stress_usage = "usage: coverbs stress [--size 1G] [--count N] [--threads T] [--device NAME]\n"
+                                 "  register and deregister the same memory from T threads, N registrations in all;\n"
+                                 "  failures by errno (--size: 1 byte to 64G, within physical memory)\n";
+
 int reg_latency(int argc, char** argv) try {
   std::size_t lo = 4096, hi = std::size_t{1} << 30;
   std::vector<double> percentiles{50, 99, 99.9};
@@ -125,6 +134,10 @@ int reg_latency(int argc, char** argv) try {
       if (i + 1 >= argc) throw usage_error(a + " needs a value");
       return argv[++i];
     };
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", reg_latency_usage);
+      return 0;
+    }
     if (a == "--size") {
       const std::string v = value();
       const auto dots = v.find("..");
@@ -152,9 +165,10 @@ int reg_latency(int argc, char** argv) try {
     } else if (a == "--json") {
       json = true;
     } else {
-      throw usage_error("unknown option '" + a + "' (try coverbs --help)");
+      throw usage_error("unknown option '" + a + "' (try coverbs reg-latency --help)");
     }
   }
+  fits(hi, "the memory to register", "--size");
 
   device dev = device::open(name);
   protection_domain pd(dev);
@@ -162,7 +176,7 @@ int reg_latency(int argc, char** argv) try {
   registration_service service(io.get_executor(), {.threads = 2});
   registration_cache cache(service, {.max_entries = 64, .max_bytes_pinned = std::size_t{4} << 30, .monitor = false});
   std::vector<std::size_t> sizes;
-  for (std::size_t s = lo; s < hi; s *= 4)
+  for (std::size_t s = lo; s < hi; s = s > hi / 4 ? hi : s * 4) // never past hi: no overflow
     sizes.push_back(s);
   sizes.push_back(hi);
   pool_options po;
@@ -252,6 +266,9 @@ int reg_latency(int argc, char** argv) try {
 } catch (const std::runtime_error& e) {
   std::fprintf(stderr, "coverbs reg-latency: %s\n", e.what());
   return 1;
+} catch (const std::bad_alloc&) {
+  std::fprintf(stderr, "coverbs reg-latency: out of memory: %s; choose a smaller --size\n", size_argument::limits().c_str());
+  return 1;
 }
 
 int stress(int argc, char** argv) try {
@@ -264,6 +281,10 @@ int stress(int argc, char** argv) try {
       if (i + 1 >= argc) throw usage_error(a + " needs a value");
       return argv[++i];
     };
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", stress_usage);
+      return 0;
+    }
     if (a == "--size")
       size = parse_size(value(), "--size");
     else if (a == "--count")
@@ -273,8 +294,9 @@ int stress(int argc, char** argv) try {
     else if (a == "--device")
       name = value();
     else
-      throw usage_error("unknown option '" + a + "' (try coverbs --help)");
+      throw usage_error("unknown option '" + a + "' (try coverbs stress --help)");
   }
+  fits(size, "the memory to register", "--size");
   device dev = device::open(name);
   protection_domain pd(dev);
   mapping memory(size); // every thread registers the same memory: one region per registration
@@ -329,6 +351,9 @@ int stress(int argc, char** argv) try {
   return 2;
 } catch (const std::runtime_error& e) {
   std::fprintf(stderr, "coverbs stress: %s\n", e.what());
+  return 1;
+} catch (const std::bad_alloc&) {
+  std::fprintf(stderr, "coverbs stress: out of memory: %s; choose a smaller --size\n", size_argument::limits().c_str());
   return 1;
 }
 

@@ -6,6 +6,8 @@
 //   tools/rxe-vm -- build/docs/device_tour
 #include <coverbs/coverbs.hpp>
 
+#include "../../tools/size_argument.hpp"
+
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -57,15 +59,16 @@ int main(int argc, char** argv) {
       name = argv[++i];
     } else if (!std::strcmp(argv[i], "--size") && i + 1 < argc) {
       const char* text = argv[++i];
-      char* end = nullptr;
-      errno = 0;
-      const unsigned long long n = std::strtoull(text, &end, 10);
-      if (*text < '0' || *text > '9' || errno || *end || n == 0 || n > (16ull << 30))
-        return usage(argv[0], "--size takes a number of bytes from 1 to 17179869184");
-      size = n;
+      const auto n = size_argument::parse(text, 1, 16ull << 30);
+      if (!n) return usage(argv[0], size_argument::expected("--size", text, 1, 16ull << 30).c_str());
+      size = *n;
     } else {
       return usage(argv[0], "unknown or incomplete argument");
     }
+  }
+  if (const auto why = size_argument::exceeds_memory("the buffer to register", size, "--size", size)) {
+    std::fprintf(stderr, "device_tour: %s\n", why->c_str());
+    return 1;
   }
   try {
     coverbs::device dev = coverbs::device::open(name);
@@ -92,7 +95,8 @@ int main(int argc, char** argv) {
                 ec.message().c_str());
     return ec == boost::system::errc::invalid_argument ? 0 : 1;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "device_tour: not enough memory for %zu bytes (use a smaller --size)\n", size);
+    std::fprintf(stderr, "device_tour: %s\n",
+                 size_argument::cannot_allocate("the buffer to register", size, "--size", size).c_str());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "device_tour: %s\n", e.what());

@@ -13,6 +13,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "../../tools/size_argument.hpp"
+
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -108,19 +110,14 @@ inline int bad_command_line(const std::string& prog, const std::string& why) {
 
 namespace detail {
 
-/// A whole number in [min, max]; with `bytes`, a K, M or G suffix multiplies it by 2^10, 2^20 or 2^30.
+/// A whole number in [min, max]; with `bytes`, a K, M, G or T suffix multiplies it by a power of 1024
+/// (the parser of the tool and the benchmarks: tools/size_argument.hpp; no sign, no overflow).
 inline bool parse_number(std::string_view text, std::uint64_t min, std::uint64_t max, std::uint64_t& out,
                          bool bytes = false) {
-  int shift = 0;
-  if (bytes && !text.empty()) {
-    const char unit = static_cast<char>(text.back() | 0x20);  // lower case
-    shift = unit == 'k' ? 10 : unit == 'm' ? 20 : unit == 'g' ? 30 : 0;
-    if (shift) text.remove_suffix(1);
-  }
-  if (text.empty() || text.size() > 19 || text.find_first_not_of("0123456789") != std::string_view::npos) return false;
-  const std::uint64_t n = std::strtoull(std::string(text).c_str(), nullptr, 10);
-  if (n > (max >> shift) || (n << shift) < min) return false;
-  out = n << shift;
+  if (!bytes && text.find_first_not_of("0123456789") != std::string_view::npos) return false;
+  const std::optional<std::uint64_t> n = size_argument::parse(text, min, max);
+  if (!n) return false;
+  out = *n;
   return true;
 }
 
@@ -156,7 +153,14 @@ inline std::optional<std::string> take_number(const numeric_option& o, int argc,
   }
   return std::string(o.name) + " takes " + (o.bytes ? "a size in bytes" : "a whole number") + " from " +
          detail::number_text(o.min, o.bytes) + " to " + detail::number_text(o.max, o.bytes) +
-         (o.bytes ? " (K, M, G: binary units)" : "") + (given ? " (got '" + std::string(argv[i + 1]) + "')" : "");
+         (o.bytes ? " (K, M, G, T: binary units)" : "") + (given ? " (got '" + std::string(argv[i + 1]) + "')" : "");
+}
+
+/// Why `bytes` of memory to register for `what` (set by option `flag`) cannot be had on this machine (it
+/// exceeds physical memory; registered memory is pinned), or nothing. Checked before anything is allocated.
+inline std::optional<std::string> check_fits(std::string_view what, std::uint64_t bytes, std::string_view flag,
+                                             std::uint64_t flag_value) {
+  return size_argument::exceeds_memory(what, bytes, flag, flag_value);
 }
 
 /// The reason `address` cannot be used, or nothing for a numeric IPv4 or IPv6 address.

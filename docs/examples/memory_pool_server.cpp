@@ -1085,6 +1085,10 @@ int run_server(const server_config& config) {
   std::optional<pool_server> server;
   try {
     server.emplace(io, config);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "memory_pool_server: %s\n",
+                 size_argument::cannot_allocate("the pool", config.pool_size, "--pool-size", config.pool_size).c_str());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "memory_pool_server: %s\n", e.what());
     return 1;
@@ -1243,6 +1247,11 @@ int main(int argc, char** argv) {
                std::to_string(slot_size) + " bytes), one per half: raise --pool-size or lower --slot-size");
   if (!client.admin.empty() && client.after_compaction) return bad("--admin does not mix with --after-compaction");
   if (waiting && client.admin != "compact") return bad("--waiting goes with --admin compact");
+  if (*mode == role::listen)
+    if (const auto why = example::check_fits("the pool", pool_size, "--pool-size", pool_size)) {
+      std::fprintf(stderr, "%s: %s\n", prog.c_str(), why->c_str());
+      return 1;
+    }
   if (*mode == role::listen) {
     server.address = address;
     server.port = static_cast<std::uint16_t>(port);

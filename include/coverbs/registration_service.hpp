@@ -15,7 +15,15 @@
 /// turn of the caller's loop or still queued, share one registration), and prefetch (`buffer_pool`).
 ///
 /// Every request moves through posted → running → completed | failed | cancelled; the transitions are
-/// atomic, so a cancellation racing a worker that finishes has exactly one outcome.
+/// atomic, so a cancellation racing a worker that finishes has exactly one outcome. When a cancellation wins:
+///  - queued (no worker has taken the request): always, at once — the handler gets `operation_aborted` from
+///    its executor's next turn and the verb never runs (`registration_stats::cancels_queued`);
+///  - running a registration: when the verb returns, after deregistering what it produced
+///    (`cancels_running`);
+///  - running `dereg`/`rereg`, or done (the verb returned, the handler is posted): never, the handler gets the
+///    result (`cancels_late`); after the handler ran the cancellation is not seen at all.
+/// A cancellation takes effect when the emitting thread delivers it: a busy loop delivers late. Figures of
+/// a device run are in docs/registration.md.
 
 #include <coverbs/access.hpp>
 #include <coverbs/buffer.hpp>
@@ -97,7 +105,14 @@ struct registration_stats {
   std::uint64_t completed = 0, failed = 0, cancelled = 0; ///< requests by outcome
   std::uint64_t retries = 0;                              ///< ENOMEM/EAGAIN retries
   std::uint64_t merged = 0; ///< reg_shared requests served by a registration another request asked for
+  /// Merged registrations that failed and were retried request by request (so only the bad requests fail).
+  std::uint64_t merges_split = 0;
   std::uint64_t rereg_in_place = 0, rereg_fallbacks = 0;
+  /// Cancellations by what they found: the request still queued (it completes with operation_aborted at
+  /// once), running (operation_aborted when the verb returns; a registration is undone), or done (the verb
+  /// had finished, or a dereg/rereg was running: the request completes with its result). A cancellation
+  /// that arrives after the handler ran is not counted.
+  std::uint64_t cancels_queued = 0, cancels_running = 0, cancels_late = 0;
   std::uint64_t in_flight = 0; ///< requests not yet completed
 
   /// Registrations that exist and are not the callers' (0 when nothing is left behind).
@@ -211,8 +226,9 @@ registration_service& default_registration_service();
 /// (ENOMEM after the retries; the message prints RLIMIT_MEMLOCK), EAGAIN after the retries, EOPNOTSUPP (a
 /// right the device lacks), `operation_aborted` (cancelled, or the service shut down).
 /// @par Per-Operation Cancellation
-/// All types. Not yet running: completes with operation_aborted at once. Running: completes with
-/// operation_aborted when the verb returns, after deregistering what it registered.
+/// All types. Still queued: completes with operation_aborted at once (posted to the handler's executor; the
+/// verb never runs). Running: completes with operation_aborted when the verb returns, after deregistering
+/// what it registered. Done (the verb returned): completes with the result.
 /// @par Thread Safety
 /// Any thread. The handler runs on its associated executor (else the service's), never inside this call.
 /// @see ibv_reg_mr(3)
@@ -229,7 +245,9 @@ auto reg_mr(protection_domain& pd, std::span<std::byte> buffer, access rights, C
 /// @par Completion Signature
 /// `void(error_code, shared_region)`: the requested bytes inside the shared registration.
 /// @par Errors
-/// As `reg_mr`; every request of a merged batch gets the same error.
+/// As `reg_mr`. When the registration of a merged batch fails (e.g. EFAULT: one request's pages are read-only
+/// while `rights` asks for write access), each request is registered on its own, so only the requests at
+/// fault fail (`registration_stats::merges_split`).
 /// @par Per-Operation Cancellation
 /// As `reg_mr`; a cancelled request gives up its share (the registration lives on while others hold it).
 /// @see ibv_reg_mr(3)

@@ -12,6 +12,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -23,7 +24,10 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <optional>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -293,6 +297,129 @@ TEST_CASE_METHOD(fixture, "concurrent overlapping shared requests make one regis
     CHECK(r.shares_registration_with(got[0]));
   CHECK(got[0].registration().size() == (4 << 20) + (512 << 10));
   got.clear();
+  CHECK(mrs_now() == baseline);
+}
+
+TEST_CASE_METHOD(fixture, "a bad neighbour in the same turn fails alone: the good request is registered",
+                 "[reg][batch]") {
+  // Two adjacent pages; the second refuses write access. Requested in one turn with the same rights, they
+  // would merge; the union fails with EFAULT and is retried request by request.
+  const int protection = GENERATE(PROT_READ, PROT_NONE);
+  INFO((protection == PROT_READ ? "PROT_READ" : "PROT_NONE"));
+  cv::registration_service service(io.get_executor());
+  mapping m(8192);
+  REQUIRE(::mprotect(m.p + 4096, 4096, protection) == 0);
+  error_code ec_a, ec_b;
+  cv::shared_region a, b;
+  int done = 0;
+  cv::reg_shared(service, pd, m.span(0, 4096), rw, [&](error_code e, cv::shared_region r) {
+    ec_a = e, a = std::move(r), ++done;
+  });
+  cv::reg_shared(service, pd, m.span(4096, 4096), rw, [&](error_code e, cv::shared_region r) {
+    ec_b = e, b = std::move(r), ++done;
+  });
+  io.run();
+  REQUIRE(done == 2);
+  CHECK_FALSE(ec_a);
+  CHECK(ec_b == cv::errc::buffer_not_mapped);
+  CHECK(ec_b == boost::system::errc::bad_address);
+  CHECK(ec_b.message().find("read-only") != std::string::npos);
+  CHECK_FALSE(b);
+  REQUIRE(a);
+  CHECK(a.registration().data() == m.p);
+  CHECK(a.registration().size() == 4096);
+  CHECK(service.stats().merges_split == 1);
+  CHECK(mrs_now() == baseline + 1);
+  { // the good registration works for RDMA
+    mapping source(4096);
+    std::memset(source.p, 0x6b, 4096);
+    cv::memory_region source_mr(pd, source.span(), cv::access::local_write);
+    cv::test::loopback qp(dev, pd);
+    CHECK(qp.write(cv::span_of(source_mr), a.remote()) == IBV_WC_SUCCESS);
+    CHECK(m.p[4095] == std::byte{0x6b});
+  }
+  a = {};
+  CHECK(mrs_now() == baseline);
+  REQUIRE(::mprotect(m.p + 4096, 4096, PROT_READ | PROT_WRITE) == 0);
+}
+
+TEST_CASE_METHOD(fixture, "unmapping a bad neighbour acquired in the same turn leaves the good cache entry valid",
+                 "[cache][monitor]") {
+  cv::registration_service service(io.get_executor());
+  cv::registration_cache cache(service);
+  INFO(cache.monitor_status().message());
+  REQUIRE_FALSE(cache.monitor_status());
+  auto* p = static_cast<std::byte*>(::mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(p != MAP_FAILED);
+  std::memset(p, 0, 8192);
+  REQUIRE(::mprotect(p + 4096, 4096, PROT_READ) == 0);
+  error_code ec_a, ec_b;
+  cv::shared_region a, b;
+  cache.async_acquire(pd, {p, 4096}, rw, [&](error_code e, cv::shared_region r) { ec_a = e, a = std::move(r); });
+  cache.async_acquire(pd, {p + 4096, 4096}, rw, [&](error_code e, cv::shared_region r) { ec_b = e, b = std::move(r); });
+  io.run();
+  CHECK_FALSE(ec_a);
+  CHECK(ec_b == cv::errc::buffer_not_mapped);
+  REQUIRE(a);
+  REQUIRE(::munmap(p + 4096, 4096) == 0); // B goes away
+  auto hit = cache.lookup(pd, {p, 4096}, rw); // applies the monitor's events
+  REQUIRE(hit);
+  CHECK(hit->shares_registration_with(a));
+  CHECK(a.valid());
+  CHECK(cache.stats().invalidations == 0);
+  hit.reset();
+  a = {};
+  cache.clear();
+  CHECK(mrs_now() == baseline);
+  ::munmap(p, 4096);
+}
+
+TEST_CASE_METHOD(fixture, "100 registrations of 64 MiB cancelled at random moments: queued and running ones abort",
+                 "[reg][cancel]") {
+  // One worker, 100 asynchronous registrations of the same 64 MiB, each cancelled at a random moment within
+  // the time all of them take: its request is then queued, running or done. Prints the figures.
+  constexpr int n = 100;
+  constexpr std::size_t size = 64 << 20;
+  cv::registration_service service(io.get_executor(), {.threads = 1});
+  mapping m(size);
+  // How long one registration takes here (the guest is slow): spread the cancellations over n of them.
+  const auto t0 = std::chrono::steady_clock::now();
+  { cv::memory_region probe(pd, m.span(), rw); }
+  const auto one = std::chrono::steady_clock::now() - t0;
+  std::vector<std::optional<error_code>> ec(n);
+  std::vector<asio::cancellation_signal> signals(n);
+  std::vector<std::unique_ptr<asio::steady_timer>> timers;
+  std::minstd_rand random(11);
+  std::uniform_int_distribution<long long> moment(0, std::chrono::duration_cast<std::chrono::microseconds>(one).count() * n);
+  for (int i = 0; i < n; ++i) {
+    cv::reg_mr(service, pd, m.span(), rw,
+               asio::bind_cancellation_slot(signals[i].slot(), [&, i](error_code e, cv::memory_region) { ec[i] = e; }));
+    auto& t = *timers.emplace_back(std::make_unique<asio::steady_timer>(io));
+    t.expires_after(std::chrono::microseconds(moment(random)));
+    t.async_wait([&, i](error_code) { signals[i].emit(asio::cancellation_type::terminal); });
+  }
+  const auto start = std::chrono::steady_clock::now();
+  io.run();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  int aborted = 0, completed = 0;
+  for (auto& e : ec) {
+    REQUIRE(e);
+    aborted += *e == asio::error::operation_aborted;
+    completed += !*e;
+  }
+  const auto s = service.stats();
+  const double one_ms = std::chrono::duration<double, std::milli>(one).count();
+  WARN("100 x 64 MiB, one registration " << one_ms << " ms, run "
+                                         << seconds << " s: cancelled while queued " << s.cancels_queued
+                                         << ", while running " << s.cancels_running << ", after the verb "
+                                         << s.cancels_late << ", after the handler "
+                                         << n - s.cancels_queued - s.cancels_running - s.cancels_late
+                                         << "; operation_aborted " << aborted << ", completed " << completed);
+  CHECK(aborted + completed == n);
+  CHECK(static_cast<std::uint64_t>(aborted) == s.cancels_queued + s.cancels_running);
+  CHECK(s.cancels_queued > 0);
+  CHECK(s.registered == n - s.cancels_queued); // one per request that reached the verb
+  CHECK(s.held() == 0);
   CHECK(mrs_now() == baseline);
 }
 

@@ -5,10 +5,15 @@
 
 #include "../registration_support.hpp"
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <deque>
 #include <mutex>
 #include <set>
+#include <utility>
+#include <vector>
 
 namespace coverbs::test {
 
@@ -16,6 +21,7 @@ class fake_registrar final : public registrar {
 public:
   ibv_mr* reg_mr(ibv_pd* pd, std::span<std::byte> buffer, access rights, error_code& ec) noexcept override {
     gate_.pass();
+    if (const auto d = delay_.load()) std::this_thread::sleep_for(std::chrono::microseconds(d));
     std::lock_guard lock(mutex_);
     ++reg_calls_;
     if (!failures_.empty()) {
@@ -27,6 +33,11 @@ public:
       ec = errno_code(EINVAL);
       return nullptr;
     }
+    for (const auto& [bad, code] : bad_ranges_) // as the kernel: one bad page fails the whole registration
+      if (buffer.data() < bad.data() + bad.size() && bad.data() < buffer.data() + buffer.size()) {
+        ec = code;
+        return nullptr;
+      }
     auto* mr = new ibv_mr{};
     mr->pd = pd;
     mr->addr = buffer.data();
@@ -34,6 +45,7 @@ public:
     mr->lkey = mr->rkey = ++next_key_;
     (void)rights;
     live_.insert(mr);
+    registered_.push_back(buffer);
     ec = {};
     return mr;
   }
@@ -60,6 +72,26 @@ public:
     for (int i = 0; i < times; ++i)
       failures_.push_back(ec);
   }
+  /// Every registration touching `range` fails with `ec` (as EFAULT for pages that are not mapped, or
+  /// read-only while the rights ask for write access).
+  void fail_range(std::span<std::byte> range, error_code ec) {
+    std::lock_guard lock(mutex_);
+    bad_ranges_.emplace_back(range, ec);
+  }
+  /// The ranges of the successful registrations, in order.
+  std::vector<std::span<std::byte>> registered() const {
+    std::lock_guard lock(mutex_);
+    return registered_;
+  }
+  /// True when a successful registration touched `range`.
+  bool registered_any_of(std::span<std::byte> range) const {
+    std::lock_guard lock(mutex_);
+    for (const auto& r : registered_)
+      if (r.data() < range.data() + range.size() && range.data() < r.data() + r.size()) return true;
+    return false;
+  }
+  /// Every reg_mr takes this long (a slow registrar: the workers stay busy and requests queue up).
+  void set_delay(std::chrono::microseconds d) { delay_.store(d.count()); }
   /// While held, reg_mr blocks (the request is "running").
   void hold() { gate_.hold(); }
   void release() { gate_.release(); }
@@ -84,9 +116,12 @@ public:
 
 private:
   mutable std::mutex mutex_;
+  std::atomic<std::int64_t> delay_{0};
   gate gate_;
   std::set<ibv_mr*> live_;
   std::deque<error_code> failures_;
+  std::vector<std::pair<std::span<std::byte>, error_code>> bad_ranges_;
+  std::vector<std::span<std::byte>> registered_;
   bool rereg_supported_ = false;
   int reg_calls_ = 0;
   std::uint32_t next_key_ = 0;

@@ -213,3 +213,30 @@ TEST_CASE_METHOD(fixture, "a cache hit completes through the executor, not insid
   io.run();
   CHECK(done);
 }
+
+TEST_CASE_METHOD(fixture, "a bad neighbour acquired in the same turn fails alone and its unmapping spares the good entry",
+                 "[cache]") {
+  cv::registration_cache cache(service, {.monitor = false});
+  fake->fail_range(memory.span(4096, 4096), cv::errno_code(EFAULT));
+  error_code ec_a, ec_b;
+  cv::shared_region a, b;
+  int done = 0;
+  cache.async_acquire(pd, memory.span(0, 4096), rw, [&](error_code e, cv::shared_region r) {
+    ec_a = e, a = std::move(r), ++done;
+  });
+  cache.async_acquire(pd, memory.span(4096, 4096), rw, [&](error_code e, cv::shared_region r) {
+    ec_b = e, b = std::move(r), ++done;
+  });
+  io.run();
+  REQUIRE(done == 2);
+  CHECK_FALSE(ec_a);
+  CHECK(ec_b == cv::errc::buffer_not_mapped);
+  REQUIRE(a);
+  CHECK(a.registration().size() == 4096); // the entry covers A only
+  CHECK_FALSE(cache.lookup(pd, memory.span(4096, 1), rw));
+  CHECK(cache.invalidate(memory.span(4096, 4096)) == 0); // B going away is no business of A's
+  CHECK(a.valid());
+  auto again = cache.lookup(pd, memory.span(0, 4096), rw);
+  REQUIRE(again);
+  CHECK(again->shares_registration_with(a));
+}

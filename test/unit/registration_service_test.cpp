@@ -4,15 +4,19 @@
 
 #include "fake_registrar.hpp"
 
+#include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <catch2/catch.hpp>
 
+#include <memory>
 #include <optional>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -37,6 +41,28 @@ struct fixture {
 };
 
 using cv::test::outcome;
+
+/// Counts the memory allocated through it that is still live.
+template <typename T>
+struct live_allocator {
+  using value_type = T;
+  int* live;
+  explicit live_allocator(int* l) : live(l) {}
+  template <typename U>
+  live_allocator(const live_allocator<U>& o) : live(o.live) {}
+  T* allocate(std::size_t n) {
+    ++*live;
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) {
+    --*live;
+    std::allocator<T>().deallocate(p, n);
+  }
+  template <typename U>
+  bool operator==(const live_allocator<U>& o) const {
+    return live == o.live;
+  }
+};
 
 } // namespace
 
@@ -101,6 +127,143 @@ TEST_CASE_METHOD(fixture, "a request cancelled before it runs completes with ope
   CHECK(fake->reg_calls() == 1); // the cancelled one never reached the verb
   fake->drop(first.region);
   CHECK(service.stats().cancelled == 1);
+}
+
+TEST_CASE_METHOD(fixture, "queued requests cancelled while every worker is busy abort at once and never reach the verb",
+                 "[registration][cancel]") {
+  cv::registration_service service(io.get_executor(), options(2), fake);
+  fake->hold(); // both workers stay inside the verb: everything else queues
+  outcome busy[2];
+  for (int i = 0; i < 2; ++i)
+    cv::reg_mr(service, pd, bytes(i * 4096, 4096), cv::access::local_write, busy[i].handler());
+  fake->wait_started(2);
+  constexpr int queued = 24;
+  asio::cancellation_signal signals[queued];
+  std::vector<std::optional<error_code>> ec(queued);
+  std::vector<std::thread::id> ran_on(queued);
+  for (int i = 0; i < queued; ++i) {
+    const auto range = bytes(8192 + i * 2048, 2048);
+    if (i % 2) { // half through callbacks, half through coroutines
+      cv::reg_mr(service, pd, range, cv::access::local_write,
+                 asio::bind_cancellation_slot(signals[i].slot(), [&, i](error_code e, cv::memory_region r) {
+                   ec[i] = e, ran_on[i] = std::this_thread::get_id();
+                   CHECK_FALSE(r);
+                 }));
+    } else {
+      asio::co_spawn(
+          io,
+          [&, i, range]() -> asio::awaitable<void> {
+            try {
+              cv::memory_region r = co_await cv::reg_mr(service, pd, range, cv::access::local_write);
+              ec[i] = error_code{};
+            } catch (const boost::system::system_error& e) {
+              ec[i] = e.code();
+            }
+            ran_on[i] = std::this_thread::get_id();
+          },
+          asio::bind_cancellation_slot(signals[i].slot(), asio::detached));
+    }
+  }
+  io.poll(); // the coroutines reach their co_await
+  for (auto& s : signals)
+    s.emit(asio::cancellation_type::terminal);
+  io.poll();
+  for (int i = 0; i < queued; ++i) {
+    INFO("request " << i);
+    REQUIRE(ec[i]);
+    CHECK(*ec[i] == asio::error::operation_aborted);
+    CHECK(ran_on[i] == std::this_thread::get_id());
+  }
+  CHECK_FALSE(busy[0].ec); // the running ones are untouched
+  CHECK(service.stats().cancels_queued == queued);
+  CHECK(service.stats().cancelled == queued);
+  fake->release();
+  io.run();
+  CHECK(fake->reg_calls() == 2); // no cancelled request reached the verb
+  CHECK_FALSE(fake->registered_any_of(bytes(8192, queued * 2048)));
+  for (auto& b : busy) {
+    CHECK_FALSE(*b.ec);
+    fake->drop(b.region);
+  }
+  const auto s = service.stats();
+  CHECK(s.held() == 0);
+  CHECK(s.in_flight == 0);
+  CHECK(s.completed == 2);
+}
+
+TEST_CASE_METHOD(fixture, "a request cancelled while queued is freed at once, not when a worker gets to it",
+                 "[registration][cancel]") {
+  cv::registration_service service(io.get_executor(), options(1), fake);
+  fake->hold();
+  outcome busy;
+  cv::reg_mr(service, pd, bytes(0, 4096), cv::access::local_write, busy.handler());
+  fake->wait_started(1);
+  int live = 0; // requests allocated with the handlers' allocator and not yet freed
+  int aborted = 0;
+  asio::cancellation_signal signals[8];
+  for (int i = 0; i < 8; ++i) {
+    auto done = asio::bind_cancellation_slot(
+        signals[i].slot(), asio::bind_allocator(live_allocator<int>(&live), [&](error_code e, auto) {
+          aborted += e == asio::error::operation_aborted;
+        }));
+    if (i % 2)
+      cv::reg_shared(service, pd, bytes(8192 + i * 4096, 4096), cv::access::local_write, std::move(done));
+    else
+      cv::reg_mr(service, pd, bytes(8192 + i * 4096, 4096), cv::access::local_write, std::move(done));
+  }
+  io.poll(); // the reg_shared batch goes to the (busy) worker's queue
+  CHECK(live == 8);
+  for (auto& s : signals)
+    s.emit(asio::cancellation_type::terminal);
+  io.poll();
+  CHECK(aborted == 8);
+  CHECK(live == 0); // while the only worker is still busy
+  CHECK(service.stats().in_flight == 1);
+  fake->release();
+  io.run();
+  CHECK_FALSE(*busy.ec);
+  CHECK(fake->reg_calls() == 1);
+  fake->drop(busy.region);
+  CHECK(service.stats().held() == 0);
+}
+
+TEST_CASE_METHOD(fixture, "cancellations at random moments: queued and running ones abort, done ones complete",
+                 "[registration][cancel]") {
+  // A slow registrar and one worker: when a cancellation arrives, its request is queued, running or done.
+  cv::registration_service service(io.get_executor(), options(1), fake);
+  fake->set_delay(std::chrono::microseconds(1500));
+  constexpr int n = 60;
+  std::vector<std::optional<error_code>> ec(n);
+  std::vector<asio::cancellation_signal> signals(n);
+  std::vector<std::unique_ptr<asio::steady_timer>> timers;
+  std::minstd_rand random(42);
+  std::uniform_int_distribution<int> moment(0, n * 1500 * 5 / 4); // microseconds: spread over the whole run
+  for (int i = 0; i < n; ++i) {
+    cv::reg_mr(service, pd, bytes(i * 1024, 1024), cv::access::local_write,
+               asio::bind_cancellation_slot(signals[i].slot(), [&, i](error_code e, cv::memory_region r) {
+                 ec[i] = e;
+                 if (r) fake->drop(r);
+               }));
+    auto& t = *timers.emplace_back(std::make_unique<asio::steady_timer>(io));
+    t.expires_after(std::chrono::microseconds(moment(random)));
+    t.async_wait([&, i](error_code) { signals[i].emit(asio::cancellation_type::terminal); });
+  }
+  io.run();
+  int aborted = 0, completed = 0;
+  for (auto& e : ec) {
+    REQUIRE(e);
+    aborted += *e == asio::error::operation_aborted;
+    completed += !*e;
+  }
+  const auto s = service.stats();
+  INFO("queued " << s.cancels_queued << ", running " << s.cancels_running << ", done " << s.cancels_late);
+  CHECK(aborted + completed == n);
+  CHECK(s.cancels_queued + s.cancels_running + s.cancels_late <= n); // a cancel after the upcall is not seen
+  CHECK(static_cast<std::uint64_t>(aborted) == s.cancels_queued + s.cancels_running);
+  CHECK(s.cancels_queued > 0); // the draw puts many moments before the worker reaches their request
+  CHECK(fake->reg_calls() == static_cast<int>(n - s.cancels_queued));
+  CHECK(fake->live() == 0);
+  CHECK(s.held() == 0);
 }
 
 TEST_CASE_METHOD(fixture, "a cancelled running registration deregisters what the worker produced",
@@ -341,6 +504,45 @@ TEST_CASE_METHOD(fixture, "overlapping and adjacent shared requests of one turn 
   got[0] = got[1] = {};
   CHECK(fake->live() == 3); // got[2] still holds the first registration
   got.clear();
+  CHECK(fake->live() == 0);
+  CHECK(service.stats().held() == 0);
+}
+
+TEST_CASE_METHOD(fixture, "a merged registration that fails is retried request by request: only the bad one fails",
+                 "[registration][batch]") {
+  // B's pages refuse the rights (as read-only pages refuse local_write: EFAULT), so the union A+B fails.
+  cv::registration_service service(io.get_executor(), options(1), fake);
+  fake->fail_range(bytes(8192, 4096), cv::errno_code(EFAULT));
+  const auto rw = cv::access::local_write;
+  error_code ec[3];
+  cv::shared_region got[3];
+  int done = 0;
+  const auto keep = [&](int i) {
+    return [&, i](error_code e, cv::shared_region r) { ec[i] = e, got[i] = std::move(r), ++done; };
+  };
+  cv::reg_shared(service, pd, bytes(0, 4096), rw, keep(0));    // A
+  cv::reg_shared(service, pd, bytes(2048, 6144), rw, keep(1)); // overlaps A, touches B
+  cv::reg_shared(service, pd, bytes(8192, 4096), rw, keep(2)); // B: the bad neighbour
+  io.run();
+  REQUIRE(done == 3);
+  CHECK_FALSE(ec[0]);
+  CHECK_FALSE(ec[1]);
+  CHECK(ec[2] == cv::errc::buffer_not_mapped);
+  CHECK(ec[2] == boost::system::errc::bad_address);
+  CHECK_FALSE(got[2]);
+  REQUIRE(got[0]);
+  REQUIRE(got[1]);
+  // Each good request got a registration of exactly what it asked for, not of the failed union.
+  CHECK(got[0].registration().data() == memory.data());
+  CHECK(got[0].registration().size() == 4096);
+  CHECK(got[1].registration().data() == memory.data() + 2048);
+  CHECK(got[1].registration().size() == 6144);
+  const auto s = service.stats();
+  CHECK(s.completed == 2);
+  CHECK(s.failed == 1);
+  CHECK(s.merged == 0);
+  CHECK(s.merges_split == 1);
+  got[0] = got[1] = {};
   CHECK(fake->live() == 0);
   CHECK(service.stats().held() == 0);
 }

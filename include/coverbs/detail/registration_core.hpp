@@ -48,8 +48,10 @@ struct accounting {
   std::shared_ptr<registrar> verbs;
   std::atomic<std::uint64_t> registered{0}, deregistered{0}, handed_over{0}, taken_back{0};
   std::atomic<std::int64_t> bytes_held{0};
-  std::atomic<std::uint64_t> shared_live{0}, completed{0}, failed{0}, cancelled{0}, retries{0}, merged{0};
+  std::atomic<std::uint64_t> shared_live{0}, completed{0}, failed{0}, cancelled{0}, retries{0}, merged{0},
+      merges_split{0};
   std::atomic<std::uint64_t> rereg_in_place{0}, rereg_fallbacks{0}, in_flight{0};
+  std::atomic<std::uint64_t> cancels_queued{0}, cancels_running{0}, cancels_late{0};
 
   /// Runs the registrar's reg_mr and counts a success.
   ibv_mr* reg(ibv_pd* pd, std::span<std::byte> buffer, access rights, error_code& ec) noexcept;
@@ -107,6 +109,8 @@ struct request {
   rereg_method method = rereg_method::in_place;
   std::list<std::shared_ptr<request>>::iterator in_flight_pos;
   bool listed = false; // in the core's in-flight list (guarded by its mutex)
+  std::list<std::shared_ptr<request>>::iterator queue_pos;
+  bool queued = false; // in the core's queue of requests no worker has taken yet (guarded by its mutex)
 };
 
 /// The worker side: the thread pool, the requests in flight and the batch queue. Thread-safe.
@@ -130,6 +134,8 @@ public:
 
 private:
   void run(const std::shared_ptr<request>& r) noexcept;
+  /// A worker's turn: takes the oldest queued request (if a cancellation left any) and runs it.
+  void run_next() noexcept;
   /// Applies the worker scheduling policy to the calling worker (once per thread).
   void enter_worker() const noexcept;
   void run_shared_batch() noexcept;
@@ -151,6 +157,9 @@ private:
   bool stopped_ = false;
   bool kick_pending_ = false;
   std::list<std::shared_ptr<request>> in_flight_;
+  /// reg, dereg and rereg requests no worker has taken yet. The pool gets one `run_next` per request rather
+  /// than the request itself, so a cancelled request leaves the queue (and is freed) at once.
+  std::list<std::shared_ptr<request>> queue_;
   std::vector<std::shared_ptr<request>> shared_queue_;
   boost::asio::thread_pool pool_;
 };
