@@ -1,0 +1,244 @@
+// bench_fairness: does a busy completion queue let the rest of its io_context run? A 1 ms periodic timer
+// shares one io_context (one thread) with a loopback RC pair on one event-driven completion queue, and its
+// lateness is measured while the queue is idle and while a stream of RDMA operations keeps it busy.
+//
+//   bench_fairness [--device NAME] [--duration-ms N] [--size BYTES] [--streams N] [--json]
+//
+// The timer is re-armed from its own handler at absolute deadlines (start + 1 ms, + 2 ms, ...): a wake-up
+// that comes late is followed by the ones it delayed, so every deadline of the period is one sample, and
+// lateness = wake-up time − deadline (std::chrono::steady_clock). Three modes, each --duration-ms long:
+//   idle   the timer alone (the loop's own jitter)
+//   read   --streams coroutines `for (;;) co_await qp.async_read(...)` of --size bytes
+//   write  --streams chains of completion handlers, each posting the next RDMA write of --size bytes from
+//          inside its own completion handler
+// The streams stop issuing when the period ends by reading the clock themselves, so the measurement ends
+// even when the dispatch never lets the timer run while completions keep coming.
+//
+// Figures (milliseconds): timer_lateness_{p50,p99,max}_ms_{idle,read,write}; timer_lateness_p99_ms_busy
+// = the larger of the read and write p99s; operations_{read,write} = operations completed in the period
+// (that the stream ran), and timer_wakeups_in_period_{idle,read,write} = how many of the timer's wake-ups
+// happened before the period ended (the rest were held back until the stream stopped).
+#include <coverbs/coverbs.hpp>
+
+#include "cli.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace asio = boost::asio;
+namespace cv = coverbs;
+using clock_type = std::chrono::steady_clock;
+using asio::awaitable;
+
+struct config {
+  std::string device;
+  int duration_ms = 3000;
+  std::size_t size = 8;
+  int streams = 1;
+  bool json = false;
+};
+
+constexpr const char* usage_text = "[--device NAME] [--duration-ms N] [--size BYTES] [--streams N] [--json]";
+
+config parse(int argc, char** argv) {
+  config c;
+  bench::args arg("bench_fairness", usage_text, argc, argv);
+  while (arg.next()) {
+    if (arg.is_help())
+      arg.help("Lateness of a 1 ms periodic timer on the same io_context as a busy completion queue (idle, RDMA "
+               "read stream, write-from-handler stream); see the source's header for each figure.");
+    else if (arg.is("--device"))
+      c.device = arg.value();
+    else if (arg.is("--duration-ms"))
+      c.duration_ms = static_cast<int>(arg.count(100, 600'000));
+    else if (arg.is("--size"))
+      c.size = arg.size(1, 1u << 20);
+    else if (arg.is("--streams"))
+      c.streams = static_cast<int>(arg.count(1, 64));
+    else if (arg.is("--json"))
+      c.json = true;
+    else
+      arg.unknown();
+  }
+  return c;
+}
+
+/// The 1 ms timer of one period: a sample per deadline in (start, end].
+class periodic_timer {
+public:
+  periodic_timer(asio::io_context& io, clock_type::time_point start, clock_type::time_point end)
+      : timer_(io), deadline_(start), end_(end) {}
+
+  void start() { arm(); }
+  const std::vector<double>& lateness_ms() const noexcept { return late_; }
+  int wakeups_in_period() const noexcept { return in_period_; }
+
+private:
+  void arm() {
+    deadline_ += std::chrono::milliseconds(1);
+    if (deadline_ > end_) return;
+    timer_.expires_at(deadline_);
+    timer_.async_wait([this](cv::error_code ec) {
+      if (ec) throw cv::system_error(ec, "steady_timer");
+      const auto now = clock_type::now();
+      late_.push_back(std::chrono::duration<double, std::milli>(now - deadline_).count());
+      if (now < end_) ++in_period_;
+      arm();
+    });
+  }
+
+  asio::steady_timer timer_;
+  clock_type::time_point deadline_, end_;
+  std::vector<double> late_;
+  int in_period_ = 0;
+};
+
+/// A loopback RC pair on one event-driven completion queue; `a` reads from and writes to `b`'s buffer.
+struct pair {
+  cv::device dev;
+  cv::protection_domain pd;
+  cv::completion_queue cq;
+  cv::queue_pair a, b;
+  std::vector<std::byte> bytes;
+  cv::memory_region mr;
+
+  pair(asio::io_context& io, const config& c)
+      : dev(cv::device::open(c.device)), pd(dev), cq(io, dev), a(pd, cq, qp_options(c)), b(pd, cq, qp_options(c)),
+        bytes(2 * c.size * static_cast<std::size_t>(c.streams)),
+        mr(pd, bytes, cv::access::local_write | cv::access::remote_write | cv::access::remote_read) {
+    cv::connect_pair(a, b);
+  }
+  static cv::queue_pair_options qp_options(const config& c) {
+    cv::queue_pair_options o;
+    o.max_send_wr = static_cast<std::uint32_t>(c.streams + 8);
+    o.max_recv_wr = 8;
+    return o;
+  }
+  /// Stream `i`'s local half and the remote half it targets.
+  cv::registered_span local(const config& c, int i) const {
+    return cv::span_of(mr, 2 * c.size * static_cast<std::size_t>(i), c.size);
+  }
+  cv::remote_key remote(const config& c, int i) const {
+    return cv::remote_key_of(mr).slice(2 * c.size * static_cast<std::size_t>(i) + c.size, c.size);
+  }
+};
+
+/// read mode: `for (;;) co_await async_read` until the period ends.
+awaitable<void> read_stream(pair& p, const config& c, int i, clock_type::time_point end, std::uint64_t& ops) {
+  for (;;) {
+    co_await p.a.async_read(p.local(c, i), p.remote(c, i), asio::use_awaitable);
+    ++ops;
+    if (clock_type::now() >= end) co_return;
+  }
+}
+
+/// write mode: each completion handler posts the next write until the period ends.
+struct write_stream {
+  pair& p;
+  const config& c;
+  int i;
+  clock_type::time_point end;
+  std::uint64_t& ops;
+
+  void post() {
+    p.a.async_write(p.local(c, i), p.remote(c, i), [this](cv::error_code ec, std::size_t) {
+      if (ec) throw cv::system_error(ec, "RDMA write");
+      ++ops;
+      if (clock_type::now() < end) post();
+    });
+  }
+};
+
+struct mode_result {
+  std::vector<double> late;
+  int in_period = 0;
+  std::uint64_t ops = 0;
+};
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
+}
+
+mode_result run_mode(asio::io_context& io, pair& p, const config& c, const std::string& mode) {
+  mode_result r;
+  const auto start = clock_type::now(), end = start + std::chrono::milliseconds(c.duration_ms);
+  periodic_timer timer(io, start, end);
+  timer.start();
+  std::vector<write_stream> writers;
+  writers.reserve(static_cast<std::size_t>(c.streams));
+  std::exception_ptr error;
+  for (int i = 0; i < c.streams; ++i) {
+    if (mode == "read")
+      asio::co_spawn(io, read_stream(p, c, i, end, r.ops), [&error](std::exception_ptr e) {
+        if (e && !error) error = e;
+      });
+    else if (mode == "write")
+      writers.push_back(write_stream{p, c, i, end, r.ops});
+  }
+  for (auto& w : writers)
+    w.post();
+  io.restart();
+  io.run();
+  if (error) std::rethrow_exception(error);
+  r.late = timer.lateness_ms();
+  r.in_period = timer.wakeups_in_period();
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const config c = parse(argc, argv);
+  try {
+    asio::io_context io(1);  // one thread: the timer, the queue and the streams share it
+    pair p(io, c);
+    const char* modes[] = {"idle", "read", "write"};
+    mode_result r[3];
+    for (int m = 0; m < 3; ++m)
+      r[m] = run_mode(io, p, c, modes[m]);
+    double p50[3], p99[3], max[3];
+    for (int m = 0; m < 3; ++m) {
+      p50[m] = percentile(r[m].late, 0.5);
+      p99[m] = percentile(r[m].late, 0.99);
+      max[m] = r[m].late.empty() ? 0 : *std::max_element(r[m].late.begin(), r[m].late.end());
+    }
+    const double busy = std::max(p99[1], p99[2]);
+    if (c.json) {
+      std::printf("{\"device\": \"%s\", \"duration_ms\": %d, \"size\": %zu, \"streams\": %d", p.dev.name().c_str(),
+                  c.duration_ms, c.size, c.streams);
+      for (int m = 0; m < 3; ++m)
+        std::printf(",\n \"timer_lateness_p50_ms_%s\": %.3f, \"timer_lateness_p99_ms_%s\": %.3f, "
+                    "\"timer_lateness_max_ms_%s\": %.3f, \"timer_wakeups_in_period_%s\": %d",
+                    modes[m], p50[m], modes[m], p99[m], modes[m], max[m], modes[m], r[m].in_period);
+      std::printf(",\n \"operations_read\": %llu, \"operations_write\": %llu, \"timer_lateness_p99_ms_busy\": %.3f}\n",
+                  static_cast<unsigned long long>(r[1].ops), static_cast<unsigned long long>(r[2].ops), busy);
+    } else {
+      std::printf("device %s, 1 ms timer for %d ms per mode, %zu-byte operations, %d stream(s)\n",
+                  p.dev.name().c_str(), c.duration_ms, c.size, c.streams);
+      std::printf("  mode    lateness p50 ms    p99 ms     max ms   wake-ups in period   operations\n");
+      for (int m = 0; m < 3; ++m)
+        std::printf("  %-6s %14.3f %9.3f %10.3f %20d %12llu\n", modes[m], p50[m], p99[m], max[m], r[m].in_period,
+                    static_cast<unsigned long long>(r[m].ops));
+      std::printf("  timer_lateness_p99_ms_busy %.3f\n", busy);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_fairness: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
