@@ -74,12 +74,10 @@ void forget_if_empty(registry& r, std::unordered_map<ibv_context*, context_entry
 
 }  // namespace
 
-std::shared_ptr<qp_registration> register_qp(qp_registration entry) {
-  auto e = std::make_shared<qp_registration>(std::move(entry));
+void register_qp(const std::shared_ptr<qp_registration>& e) {
   registry& r = the_registry();
   std::lock_guard lock(r.mutex);
   r.contexts[e->context].qps.emplace(e->qp, e);
-  return e;
 }
 
 void unregister_qp(const std::shared_ptr<qp_registration>& e) noexcept {
@@ -94,7 +92,7 @@ void unregister_qp(const std::shared_ptr<qp_registration>& e) noexcept {
 }
 
 std::size_t fail_queue_pairs(ibv_context* context, const std::function<bool(const qp_registration&)>& match,
-                             const error_code& cause) noexcept {
+                             errc cause) noexcept {
   registry& r = the_registry();
   std::lock_guard lock(r.mutex);
   auto it = r.contexts.find(context);
@@ -102,6 +100,8 @@ std::size_t fail_queue_pairs(ibv_context* context, const std::function<bool(cons
   std::size_t n = 0;
   for (auto& [qp, e] : it->second.qps) {
     if (!e->impl || !match(*e)) continue;
+    int none = 0;
+    e->cause.compare_exchange_strong(none, static_cast<int>(cause));  // the first event is the cause
     ibv_qp_attr attr{};
     attr.qp_state = IBV_QPS_ERR;
     if (const error_code ec = verbs_status_result(ibv_modify_qp(qp, &attr, IBV_QP_STATE)))
@@ -109,14 +109,14 @@ std::size_t fail_queue_pairs(ibv_context* context, const std::function<bool(cons
                    qp->qp_num, ec.message().c_str());
     ++n;
     try {
-      boost::asio::post(e->executor, [e = e, cause] {
+      boost::asio::post(e->executor, [e = e] {
         queue_pair_impl* q;
         {
           std::lock_guard inner(the_registry().mutex);
           q = e->impl;
         }
         // The queue pair is destroyed on this executor, so it cannot go away between the read and the call.
-        if (q) qp_on_async_error(q, cause);
+        if (q) qp_on_async_error(q, e->pending_cause());
       });
     } catch (...) {
       // Out of memory: the device still flushes the queue pair; only its error() keeps wr_flush_err.

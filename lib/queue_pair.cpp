@@ -232,15 +232,16 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
     max_inline_ = init.cap.max_inline_data;
     std::random_device rd;
     psn_ = rd() & 0xffffff;
-    qp_registration r;
-    r.context = context;
-    r.qp = qp_;
-    r.port = options.port;
-    r.send_cq = send_cq.cq_;
-    r.recv_cq = recv_cq.cq_;
-    r.executor = send_cq.executor_;
-    r.impl = this;
-    registration_ = register_qp(std::move(r));
+    auto r = std::make_shared<qp_registration>();
+    r->context = context;
+    r->qp = qp_;
+    r->port = options.port;
+    r->send_cq = send_cq.cq_;
+    r->recv_cq = recv_cq.cq_;
+    r->executor = send_cq.executor_;
+    r->impl = this;
+    register_qp(r);
+    registration_ = std::move(r);
   } catch (...) {
     if (qp_) ibv_destroy_qp(qp_);
     qp_ = nullptr;
@@ -340,6 +341,9 @@ void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, bool may_dispa
   if (status && !in_error_) {
     in_error_ = true;
     error_ = status;
+    // Flushed because a device event (e.g. the port went down) moved us to the error state: that is the cause.
+    if (status == wc_errc::wr_flush_err)
+      if (const error_code cause = registration_->pending_cause()) error_ = cause;
     flush_waiting(sq_);
     flush_waiting(rq_);
   }

@@ -32,10 +32,12 @@
 /// counted in `device_events::dropped()`.
 ///
 /// @par Lifetime
-/// The device outlives the object. Like a socket read, the pending wait on the async fd keeps
-/// `io_context::run()` busy while the object exists: destroy it (or `close()`) to let `run()` return. As
-/// every Asio I/O object, it is destroyed before its execution context (a coroutine frame that owns one
-/// may be destroyed by the context's destruction). One object per open device: the async fd has one reader.
+/// The device outlives the object (for rdma_cm connections, make it on `listener::get_device()` or
+/// `connection::get_device()`: the context their queue pairs live on). Like a socket read, the pending
+/// wait on the async fd keeps `io_context::run()` busy while the object exists: destroy it (or `close()`)
+/// to let `run()` return. As every Asio I/O object, it is destroyed before its execution context (a
+/// coroutine frame that owns one may be destroyed by the context's destruction). One object per open
+/// device: the async fd has one reader.
 ///
 /// @par Thread Safety
 /// Distinct objects: safe. Shared objects: unsafe; use it from its executor (one thread, or a strand).
