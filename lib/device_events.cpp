@@ -9,6 +9,8 @@
 
 #include <fcntl.h>
 
+#include <cerrno>
+
 #include <cstdio>
 #include <mutex>
 #include <unordered_map>
@@ -212,14 +214,24 @@ private:
   void on_readable(const error_code& ec) {
     if (!open_ || ec) return;
     ibv_async_event raw;
-    while (open_ && ibv_get_async_event(context_, &raw) == 0) {
+    for (;;) {
+      if (ibv_get_async_event(context_, &raw) != 0) {
+        const int err = errno;
+        if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) break;
+        // The fd stays readable and every read fails (e.g. the device was disassociated after a fatal
+        // error): waiting again would spin. Stop reading; queued events stay readable.
+        std::fprintf(stderr, "coverbs: ibv_get_async_event(%s) failed (%s); no more device events are read\n",
+                     ibv_get_device_name(context_->device), errno_code(err).message().c_str());
+        return;
+      }
       device_event e = copy(raw);
       ibv_ack_async_event(&raw);
       ++received_;
       act(e);
       deliver(e);
+      if (!open_) return;
     }
-    if (open_) wait();
+    wait();
   }
 
   static device_event copy(const ibv_async_event& raw) noexcept {
