@@ -154,11 +154,12 @@ void release_async_events(ibv_context* context) noexcept {
 class device_events_impl : public std::enable_shared_from_this<device_events_impl> {
 public:
   device_events_impl(const boost::asio::any_io_executor& ex, ibv_context* context, const device_events_options& o)
-      : executor_(ex), context_(context), fd_(ex), channel_(ex, o.queue_limit), limit_(o.queue_limit) {}
+      : executor_(ex), context_(context), fd_(ex), limit_(o.queue_limit) {}
 
   ~device_events_impl() { close(); }
 
-  void open() {
+  void open(event_channel& channel) {
+    channel_ = &channel;
     if (limit_ == 0)
       throw system_error(errno_code(EINVAL), "device_events: queue_limit must be at least 1");
     if (!claim_async_events(context_))
@@ -193,7 +194,7 @@ public:
       claimed_ = false;
       release_async_events(context_);
     }
-    channel_.close();
+    channel_ = nullptr;  // the owner closes and destroys it
   }
 
   bool is_open() const noexcept { return open_; }
@@ -201,7 +202,7 @@ public:
   boost::asio::any_io_executor executor_;
   ibv_context* context_;
   boost::asio::posix::stream_descriptor fd_;
-  event_channel channel_;
+  event_channel* channel_ = nullptr;  // the owner's; null once closed
   std::size_t limit_;
   std::uint64_t dropped_ = 0, received_ = 0;
 
@@ -291,10 +292,11 @@ private:
   /// To the oldest waiter, or into the bounded queue (dropping the oldest when it is full).
   void deliver(const device_event& e) {
     // Waiters are served first by try_send; the buffer holds what nobody took.
-    if (channel_.try_send(error_code{}, e)) return;
-    channel_.try_receive([](error_code, device_event) {});
+    if (!channel_) return;
+    if (channel_->try_send(error_code{}, e)) return;
+    channel_->try_receive([](error_code, device_event) {});
     ++dropped_;
-    channel_.try_send(error_code{}, e);
+    channel_->try_send(error_code{}, e);
   }
 
   bool open_ = false;
@@ -302,40 +304,39 @@ private:
   int saved_flags_ = -1;
 };
 
-event_channel& events_channel(device_events_impl& impl) noexcept { return impl.channel_; }
-
 }  // namespace detail
 
 device_events::device_events(const executor_type& ex, device& dev, const device_events_options& options) {
   if (!dev) throw system_error(errno_code(EBADF), "device_events: the device is not open");
+  channel_ = std::make_unique<detail::event_channel>(ex, options.queue_limit);
   impl_ = std::make_shared<detail::device_events_impl>(ex, dev.native_handle(), options);
-  impl_->open();
+  impl_->open(*channel_);
   impl_->start();
 }
 
 device_events::device_events(device_events&&) noexcept = default;
 device_events& device_events::operator=(device_events&& other) noexcept {
   if (this != &other) {
-    if (impl_) impl_->close();
+    close();
     impl_ = std::move(other.impl_);
+    channel_ = std::move(other.channel_);
   }
   return *this;
 }
-device_events::~device_events() {
-  if (impl_) impl_->close();
-}
+device_events::~device_events() { close(); }
 
 device_events::executor_type device_events::get_executor() const noexcept { return impl_->executor_; }
 
-detail::device_events_impl& device_events::checked_impl() const {
-  if (!impl_) throw system_error(errno_code(EBADF), "device_events: moved-from object");
-  return *impl_;
+detail::event_channel& device_events::checked_channel() const {
+  if (!channel_) throw system_error(errno_code(EBADF), "device_events: moved-from object");
+  return *channel_;
 }
 
 std::uint64_t device_events::dropped() const noexcept { return impl_ ? impl_->dropped_ : 0; }
 std::uint64_t device_events::received() const noexcept { return impl_ ? impl_->received_ : 0; }
 void device_events::close() noexcept {
   if (impl_) impl_->close();
+  if (channel_) channel_->close();
 }
 bool device_events::is_open() const noexcept { return impl_ && impl_->is_open(); }
 

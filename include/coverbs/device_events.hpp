@@ -124,7 +124,6 @@ struct event_channel_traits {
 
 using event_channel = boost::asio::experimental::basic_channel<boost::asio::any_io_executor, event_channel_traits<>,
                                                                void(error_code, device_event)>;
-event_channel& events_channel(device_events_impl& impl) noexcept;
 }  // namespace detail
 
 /// A device's asynchronous events, read on an executor. Move-only.
@@ -159,7 +158,7 @@ public:
   /// The handler runs on its associated executor, never inside this function.
   template <class Token = default_token>
   auto async_wait_event(Token&& token = default_token{}) {
-    return detail::events_channel(checked_impl()).async_receive(std::forward<Token>(token));
+    return checked_channel().async_receive(std::forward<Token>(token));
   }
 
   /// Events dropped because the queue was full.
@@ -172,8 +171,11 @@ public:
   bool is_open() const noexcept;
 
 private:
-  detail::device_events_impl& checked_impl() const;
+  detail::event_channel& checked_channel() const;
+  // The reader (kept alive by its pending wait on the fd) and the queue of events with the pending waits,
+  // owned by this object only: a channel must not outlive its io_context, which the reader may.
   std::shared_ptr<detail::device_events_impl> impl_;
+  std::unique_ptr<detail::event_channel> channel_;
 };
 
 }  // namespace coverbs
