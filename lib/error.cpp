@@ -190,6 +190,26 @@ std::string coverbs_category_impl::message(int ev) const {
            "this connection (create them on connection::get_device() / listener::get_device())";
   case errc::private_data_too_long:
     return "connection private data too long (at most 56 bytes with a request, 196 with a reply)";
+  case errc::port_error:
+    return "the port went down (IBV_EVENT_PORT_ERR: link down or cable pulled), so the queue pair was moved to the "
+           "error state and its operations flushed; connect again once the port is active";
+  case errc::device_fatal:
+    return "the RDMA device reported a fatal error (IBV_EVENT_DEVICE_FATAL); every queue pair on it was moved to "
+           "the error state: close the device and open it again";
+  case errc::qp_fatal:
+    return "the device reported a catastrophic error of the queue pair (IBV_EVENT_QP_FATAL); replace the queue pair";
+  case errc::qp_request_error:
+    return "the device reported an invalid request on the queue pair (IBV_EVENT_QP_REQ_ERR: e.g. an opcode the "
+           "peer's queue pair does not support); replace the queue pair";
+  case errc::qp_access_error:
+    return "the device reported a local access violation on the queue pair (IBV_EVENT_QP_ACCESS_ERR: e.g. an "
+           "incoming RDMA access it does not allow); replace the queue pair";
+  case errc::cq_error:
+    return "a completion queue of the queue pair reported an error (IBV_EVENT_CQ_ERR: overrun or a device fault), "
+           "so the queue pair was moved to the error state";
+  case errc::device_events_busy:
+    return "another device_events object already reads this device's asynchronous events (a device has one "
+           "reader: share that object, or open the device again)";
   }
   return "unknown coverbs error " + std::to_string(ev);
 }

@@ -7,9 +7,12 @@
 
 #include <boost/asio/cancellation_type.hpp>
 
+#include <memory>
+
 namespace coverbs::detail {
 
 class cq_impl;
+struct qp_registration;
 
 /// A FIFO of nodes linked through wr_node::next.
 struct node_fifo {
@@ -39,6 +42,10 @@ public:
   void cancel(wr_node* n, boost::asio::cancellation_type type);
   /// Moves the queue pair to the error state (ibv_modify_qp IBV_QPS_ERR): the device flushes everything.
   void to_error(const error_code& why);
+  /// A device event moved the queue pair to the error state (device_events.cpp): records `cause` as its
+  /// error — replacing a wr_flush_err that flushed completions recorded first — and fails the operations
+  /// waiting for a credit. Runs on the queue pair's executor.
+  void on_async_error(const error_code& cause);
 
   ibv_qp* qp_ = nullptr;
   cq_impl* send_cq_;
@@ -52,6 +59,7 @@ public:
   std::uint32_t psn_ = 0;
   gid_entry gid_;
   port_attributes port_;
+  std::shared_ptr<qp_registration> registration_;  // in the device's registry of live queue pairs
 
 private:
   work_queue& queue_of(const wr_node* n) noexcept { return n->is_recv ? rq_ : sq_; }

@@ -4,6 +4,7 @@
 #include "cq_impl.hpp"
 #include "device_internal.hpp"
 #include "qp_impl.hpp"
+#include "qp_registry.hpp"
 #include "window_internal.hpp"
 
 #include <boost/asio/error.hpp>
@@ -231,7 +232,19 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
     max_inline_ = init.cap.max_inline_data;
     std::random_device rd;
     psn_ = rd() & 0xffffff;
+    auto r = std::make_shared<qp_registration>();
+    r->context = context;
+    r->qp = qp_;
+    r->port = options.port;
+    r->send_cq = send_cq.cq_;
+    r->recv_cq = recv_cq.cq_;
+    r->executor = send_cq.executor_;
+    r->impl = this;
+    register_qp(r);
+    registration_ = std::move(r);
   } catch (...) {
+    if (qp_) ibv_destroy_qp(qp_);
+    qp_ = nullptr;
     unreserve();
     throw;
   }
@@ -239,6 +252,8 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
 
 queue_pair_impl::~queue_pair_impl() {
   if (!qp_) return;
+  // First: from here on no device event touches this queue pair from another thread.
+  unregister_qp(registration_);
   if (sq_.outstanding || rq_.outstanding) {
     // Flush what is outstanding and wait for the device to retire it: a completion naming a freed
     // operation must never reach the queue.
@@ -326,6 +341,9 @@ void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, bool may_dispa
   if (status && !in_error_) {
     in_error_ = true;
     error_ = status;
+    // Flushed because a device event (e.g. the port went down) moved us to the error state: that is the cause.
+    if (status == wc_errc::wr_flush_err)
+      if (const error_code cause = registration_->pending_cause()) error_ = cause;
     flush_waiting(sq_);
     flush_waiting(rq_);
   }
@@ -367,6 +385,17 @@ void queue_pair_impl::to_error(const error_code& why) {
   flush_waiting(sq_);
   flush_waiting(rq_);
 }
+
+void queue_pair_impl::on_async_error(const error_code& cause) {
+  if (!in_error_ || error_ == wc_errc::wr_flush_err) {
+    in_error_ = true;
+    error_ = cause;
+  }
+  flush_waiting(sq_);
+  flush_waiting(rq_);
+}
+
+void qp_on_async_error(queue_pair_impl* qp, const error_code& cause) { qp->on_async_error(cause); }
 
 }  // namespace detail
 

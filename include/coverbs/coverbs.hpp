@@ -6,6 +6,7 @@
 #include <coverbs/buffer_pool.hpp>
 #include <coverbs/completion_queue.hpp>
 #include <coverbs/device.hpp>
+#include <coverbs/device_events.hpp>
 #include <coverbs/error.hpp>
 #include <coverbs/memory_region.hpp>
 #include <coverbs/memory_window.hpp>

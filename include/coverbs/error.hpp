@@ -163,6 +163,22 @@ enum class errc : int {
   device_mismatch,
   /// Connection private data exceeds what the transport carries (56 bytes in a request, 196 in a reply).
   private_data_too_long,
+
+  // --- device events (device_events.hpp): the causes `queue_pair::error()` reports ---
+  /// The queue pair's port went down (IBV_EVENT_PORT_ERR); the runtime moved it to the error state.
+  port_error,
+  /// The device reported a fatal error (IBV_EVENT_DEVICE_FATAL); the runtime moved it to the error state.
+  device_fatal,
+  /// The device reported a catastrophic error of the queue pair (IBV_EVENT_QP_FATAL).
+  qp_fatal,
+  /// The device reported an invalid request on the queue pair (IBV_EVENT_QP_REQ_ERR).
+  qp_request_error,
+  /// The device reported a local access violation on the queue pair (IBV_EVENT_QP_ACCESS_ERR).
+  qp_access_error,
+  /// A completion queue of the queue pair reported an error (IBV_EVENT_CQ_ERR).
+  cq_error,
+  /// Another `device_events` object already reads this device's events.
+  device_events_busy,
 };
 
 /// The category of `wc_errc` values; name "coverbs.wc".

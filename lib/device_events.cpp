@@ -1,0 +1,343 @@
+#include <coverbs/device.hpp>
+#include <coverbs/device_events.hpp>
+
+#include "qp_registry.hpp"
+
+#include <boost/asio/error.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+
+#include <fcntl.h>
+
+#include <cerrno>
+
+#include <cstdio>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+namespace coverbs {
+
+// --- device_event ---
+
+const char* device_event::name_of(ibv_event_type type) noexcept { return ibv_event_type_str(type); }
+
+bool device_event::port_event() const noexcept {
+  switch (type) {
+  case IBV_EVENT_PORT_ACTIVE:
+  case IBV_EVENT_PORT_ERR:
+  case IBV_EVENT_LID_CHANGE:
+  case IBV_EVENT_PKEY_CHANGE:
+  case IBV_EVENT_SM_CHANGE:
+  case IBV_EVENT_CLIENT_REREGISTER:
+  case IBV_EVENT_GID_CHANGE: return true;
+  default: return false;
+  }
+}
+
+bool device_event::qp_event() const noexcept {
+  switch (type) {
+  case IBV_EVENT_QP_FATAL:
+  case IBV_EVENT_QP_REQ_ERR:
+  case IBV_EVENT_QP_ACCESS_ERR:
+  case IBV_EVENT_COMM_EST:
+  case IBV_EVENT_SQ_DRAINED:
+  case IBV_EVENT_PATH_MIG:
+  case IBV_EVENT_PATH_MIG_ERR:
+  case IBV_EVENT_QP_LAST_WQE_REACHED: return true;
+  default: return false;
+  }
+}
+
+namespace detail {
+
+// --- the registry of live queue pairs ---
+
+namespace {
+
+struct context_entry {
+  std::unordered_map<ibv_qp*, std::shared_ptr<qp_registration>> qps;
+  bool events_claimed = false;
+};
+
+struct registry {
+  std::mutex mutex;
+  std::unordered_map<ibv_context*, context_entry> contexts;
+};
+
+registry& the_registry() {
+  static registry* r = new registry;  // never destroyed: queue pairs may outlive static destruction
+  return *r;
+}
+
+void forget_if_empty(registry& r, std::unordered_map<ibv_context*, context_entry>::iterator it) {
+  if (it->second.qps.empty() && !it->second.events_claimed) r.contexts.erase(it);
+}
+
+}  // namespace
+
+void register_qp(const std::shared_ptr<qp_registration>& e) {
+  registry& r = the_registry();
+  std::lock_guard lock(r.mutex);
+  r.contexts[e->context].qps.emplace(e->qp, e);
+}
+
+void unregister_qp(const std::shared_ptr<qp_registration>& e) noexcept {
+  if (!e) return;
+  registry& r = the_registry();
+  std::lock_guard lock(r.mutex);
+  e->impl = nullptr;
+  auto it = r.contexts.find(e->context);
+  if (it == r.contexts.end()) return;
+  it->second.qps.erase(e->qp);
+  forget_if_empty(r, it);
+}
+
+std::size_t fail_queue_pairs(ibv_context* context, const std::function<bool(const qp_registration&)>& match,
+                             errc cause) noexcept {
+  registry& r = the_registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.contexts.find(context);
+  if (it == r.contexts.end()) return 0;
+  std::size_t n = 0;
+  for (auto& [qp, e] : it->second.qps) {
+    if (!e->impl || !match(*e)) continue;
+    int none = 0;
+    e->cause.compare_exchange_strong(none, static_cast<int>(cause));  // the first event is the cause
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    if (const error_code ec = verbs_status_result(ibv_modify_qp(qp, &attr, IBV_QP_STATE)))
+      std::fprintf(stderr, "coverbs: moving queue pair %u to the error state after a device event failed (%s)\n",
+                   qp->qp_num, ec.message().c_str());
+    ++n;
+    try {
+      boost::asio::post(e->executor, [e = e] {
+        queue_pair_impl* q;
+        {
+          std::lock_guard inner(the_registry().mutex);
+          q = e->impl;
+        }
+        // The queue pair is destroyed on this executor, so it cannot go away between the read and the call.
+        if (q) qp_on_async_error(q, e->pending_cause());
+      });
+    } catch (...) {
+      // Out of memory: the device still flushes the queue pair; only its error() keeps wr_flush_err.
+    }
+  }
+  return n;
+}
+
+bool claim_async_events(ibv_context* context) noexcept {
+  registry& r = the_registry();
+  std::lock_guard lock(r.mutex);
+  try {
+    context_entry& c = r.contexts[context];
+    if (c.events_claimed) return false;
+    c.events_claimed = true;
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+void release_async_events(ibv_context* context) noexcept {
+  registry& r = the_registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.contexts.find(context);
+  if (it == r.contexts.end()) return;
+  it->second.events_claimed = false;
+  forget_if_empty(r, it);
+}
+
+// --- device_events_impl ---
+
+class device_events_impl : public std::enable_shared_from_this<device_events_impl> {
+public:
+  device_events_impl(const boost::asio::any_io_executor& ex, ibv_context* context, const device_events_options& o)
+      : executor_(ex), context_(context), fd_(ex), limit_(o.queue_limit) {}
+
+  ~device_events_impl() { close(); }
+
+  void open(event_channel& channel) {
+    channel_ = &channel;
+    if (limit_ == 0)
+      throw system_error(errno_code(EINVAL), "device_events: queue_limit must be at least 1");
+    if (!claim_async_events(context_))
+      throw system_error(make_error_code(errc::device_events_busy),
+                         "device_events(" + std::string(ibv_get_device_name(context_->device)) + ")");
+    claimed_ = true;
+    const int fd = context_->async_fd;
+    saved_flags_ = ::fcntl(fd, F_GETFL);
+    if (saved_flags_ < 0 || ::fcntl(fd, F_SETFL, saved_flags_ | O_NONBLOCK) < 0) {
+      const error_code ec = errno_code(errno);
+      release_async_events(context_);
+      claimed_ = false;
+      throw system_error(ec, "fcntl(O_NONBLOCK) on the device's async fd");
+    }
+    fd_.assign(fd);
+    open_ = true;
+  }
+
+  /// Called once the object is fully owned by a shared_ptr.
+  void start() { wait(); }
+
+  /// From the owner (the device is still open): stop reading, restore the fd, abort pending waits.
+  void close() noexcept {
+    if (open_) {
+      open_ = false;
+      error_code ignored;
+      fd_.cancel(ignored);
+      fd_.release();  // the context owns the fd
+      if (saved_flags_ >= 0 && !(saved_flags_ & O_NONBLOCK)) ::fcntl(context_->async_fd, F_SETFL, saved_flags_);
+    }
+    if (claimed_) {
+      claimed_ = false;
+      release_async_events(context_);
+    }
+    channel_ = nullptr;  // the owner closes and destroys it
+  }
+
+  bool is_open() const noexcept { return open_; }
+
+  boost::asio::any_io_executor executor_;
+  ibv_context* context_;
+  boost::asio::posix::stream_descriptor fd_;
+  event_channel* channel_ = nullptr;  // the owner's; null once closed
+  std::size_t limit_;
+  std::uint64_t dropped_ = 0, received_ = 0;
+
+private:
+  void wait() {
+    fd_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                   [self = shared_from_this()](const error_code& ec) { self->on_readable(ec); });
+  }
+
+  void on_readable(const error_code& ec) {
+    if (!open_ || ec) return;
+    ibv_async_event raw;
+    for (;;) {
+      if (ibv_get_async_event(context_, &raw) != 0) {
+        const int err = errno;
+        if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) break;
+        // The fd stays readable and every read fails (e.g. the device was disassociated after a fatal
+        // error): waiting again would spin. Stop reading; queued events stay readable.
+        std::fprintf(stderr, "coverbs: ibv_get_async_event(%s) failed (%s); no more device events are read\n",
+                     ibv_get_device_name(context_->device), errno_code(err).message().c_str());
+        return;
+      }
+      device_event e = copy(raw);
+      ibv_ack_async_event(&raw);
+      ++received_;
+      act(e);
+      deliver(e);
+      if (!open_) return;
+    }
+    wait();
+  }
+
+  static device_event copy(const ibv_async_event& raw) noexcept {
+    device_event e;
+    e.type = raw.event_type;
+    switch (raw.event_type) {
+    case IBV_EVENT_CQ_ERR: e.cq = raw.element.cq; break;
+    case IBV_EVENT_SRQ_ERR:
+    case IBV_EVENT_SRQ_LIMIT_REACHED: e.srq = raw.element.srq; break;
+    case IBV_EVENT_DEVICE_FATAL: break;
+    case IBV_EVENT_WQ_FATAL: break;
+    default:
+      if (e.port_event())
+        e.port = static_cast<std::uint8_t>(raw.element.port_num);
+      else if (e.qp_event() && raw.element.qp) {
+        e.qp = raw.element.qp;
+        e.qp_num = raw.element.qp->qp_num;
+      }
+    }
+    return e;
+  }
+
+  /// What the runtime does (see the table in device_events.hpp).
+  void act(device_event& e) noexcept {
+    switch (e.type) {
+    case IBV_EVENT_PORT_ERR: {
+      const std::uint8_t port = e.port;
+      e.queue_pairs_failed = fail_queue_pairs(
+          context_, [port](const qp_registration& r) { return r.port == port; }, errc::port_error);
+      break;
+    }
+    case IBV_EVENT_DEVICE_FATAL:
+      e.queue_pairs_failed = fail_queue_pairs(
+          context_, [](const qp_registration&) { return true; }, errc::device_fatal);
+      break;
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR: {
+      const errc cause = e.type == IBV_EVENT_QP_FATAL     ? errc::qp_fatal
+                         : e.type == IBV_EVENT_QP_REQ_ERR ? errc::qp_request_error
+                                                          : errc::qp_access_error;
+      ibv_qp* qp = e.qp;
+      e.queue_pairs_failed =
+          fail_queue_pairs(context_, [qp](const qp_registration& r) { return r.qp == qp; }, cause);
+      break;
+    }
+    case IBV_EVENT_CQ_ERR: {
+      ibv_cq* cq = e.cq;
+      e.queue_pairs_failed = fail_queue_pairs(
+          context_, [cq](const qp_registration& r) { return r.send_cq == cq || r.recv_cq == cq; }, errc::cq_error);
+      break;
+    }
+    default: break;
+    }
+  }
+
+  /// To the oldest waiter, or into the bounded queue (dropping the oldest when it is full).
+  void deliver(const device_event& e) {
+    // Waiters are served first by try_send; the buffer holds what nobody took.
+    if (!channel_) return;
+    if (channel_->try_send(error_code{}, e)) return;
+    channel_->try_receive([](error_code, device_event) {});
+    ++dropped_;
+    channel_->try_send(error_code{}, e);
+  }
+
+  bool open_ = false;
+  bool claimed_ = false;
+  int saved_flags_ = -1;
+};
+
+}  // namespace detail
+
+device_events::device_events(const executor_type& ex, device& dev, const device_events_options& options) {
+  if (!dev) throw system_error(errno_code(EBADF), "device_events: the device is not open");
+  channel_ = std::make_unique<detail::event_channel>(ex, options.queue_limit);
+  impl_ = std::make_shared<detail::device_events_impl>(ex, dev.native_handle(), options);
+  impl_->open(*channel_);
+  impl_->start();
+}
+
+device_events::device_events(device_events&&) noexcept = default;
+device_events& device_events::operator=(device_events&& other) noexcept {
+  if (this != &other) {
+    close();
+    impl_ = std::move(other.impl_);
+    channel_ = std::move(other.channel_);
+  }
+  return *this;
+}
+device_events::~device_events() { close(); }
+
+device_events::executor_type device_events::get_executor() const noexcept { return impl_->executor_; }
+
+detail::event_channel& device_events::checked_channel() const {
+  if (!channel_) throw system_error(errno_code(EBADF), "device_events: moved-from object");
+  return *channel_;
+}
+
+std::uint64_t device_events::dropped() const noexcept { return impl_ ? impl_->dropped_ : 0; }
+std::uint64_t device_events::received() const noexcept { return impl_ ? impl_->received_ : 0; }
+void device_events::close() noexcept {
+  if (impl_) impl_->close();
+  if (channel_) channel_->close();
+}
+bool device_events::is_open() const noexcept { return impl_ && impl_->is_open(); }
+
+}  // namespace coverbs

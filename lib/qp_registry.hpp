@@ -1,0 +1,59 @@
+#pragma once
+// Private to lib/: the live coverbs queue pairs of each device context, so that a device event (port
+// error, device fatal, ...) can move the affected ones to the error state from whichever thread reads the
+// events. Process-wide, guarded by one mutex.
+
+#include <coverbs/error.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+namespace coverbs::detail {
+
+class queue_pair_impl;
+
+/// One live queue pair. `impl` is read and cleared under the registry mutex; `cause` is set before the
+/// queue pair is moved to the error state; the other fields never change after registration.
+struct qp_registration {
+  ibv_context* context = nullptr;
+  ibv_qp* qp = nullptr;
+  std::uint8_t port = 0;
+  ibv_cq* send_cq = nullptr;
+  ibv_cq* recv_cq = nullptr;
+  boost::asio::any_io_executor executor;  // the queue pair's (its completion queues')
+  queue_pair_impl* impl = nullptr;        // null once the queue pair is being destroyed
+  /// The errc value of the device event that moved the queue pair to the error state (0: none). Its flush
+  /// completions may reach the queue pair before the posted notification does: they read it here.
+  std::atomic<int> cause{0};
+
+  error_code pending_cause() const noexcept {
+    const int c = cause.load();
+    return c ? make_error_code(static_cast<errc>(c)) : error_code{};
+  }
+};
+
+/// Called by a queue pair once its ibv_qp exists / first thing in its destruction. After
+/// `unregister_qp` returns, no other thread touches the ibv_qp through the registry.
+void register_qp(const std::shared_ptr<qp_registration>& entry);
+void unregister_qp(const std::shared_ptr<qp_registration>& entry) noexcept;
+
+/// Moves every registered queue pair of `context` that `match` selects to IBV_QPS_ERR (ibv_modify_qp,
+/// under the registry mutex, so none is destroyed meanwhile), and posts to each one's executor a function
+/// that records `cause` as its error and fails its operations waiting for a credit. @returns how many.
+std::size_t fail_queue_pairs(ibv_context* context, const std::function<bool(const qp_registration&)>& match,
+                             errc cause) noexcept;
+
+/// One reader of a context's async events at a time: false when it is taken.
+bool claim_async_events(ibv_context* context) noexcept;
+void release_async_events(ibv_context* context) noexcept;
+
+/// On the queue pair's executor: the device reported `cause` (see fail_queue_pairs).
+void qp_on_async_error(queue_pair_impl* qp, const error_code& cause);
+
+}  // namespace coverbs::detail
