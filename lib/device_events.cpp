@@ -1,11 +1,14 @@
 #include <coverbs/device.hpp>
 #include <coverbs/device_events.hpp>
 
+#include "io_owner.hpp"
 #include "qp_registry.hpp"
 
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+
+#include <optional>
 
 #include <fcntl.h>
 
@@ -151,10 +154,10 @@ void release_async_events(ibv_context* context) noexcept {
 
 // --- device_events_impl ---
 
-class device_events_impl : public std::enable_shared_from_this<device_events_impl> {
+class device_events_impl : public std::enable_shared_from_this<device_events_impl>, public io_owner {
 public:
   device_events_impl(const boost::asio::any_io_executor& ex, ibv_context* context, const device_events_options& o)
-      : executor_(ex), context_(context), fd_(ex), limit_(o.queue_limit) {}
+      : executor_(ex), context_(context), fd_(std::in_place, ex), limit_(o.queue_limit) {}
 
   ~device_events_impl() { close(); }
 
@@ -174,9 +177,14 @@ public:
       claimed_ = false;
       throw system_error(ec, "fcntl(O_NONBLOCK) on the device's async fd");
     }
-    fd_.assign(fd);
+    fd_->assign(fd);
     open_ = true;
+    enroll(boost::asio::query(executor_, boost::asio::execution::context));
   }
+
+  /// The io_context is shutting down: stop reading and destroy the descriptor object while its service
+  /// still exists (this state may be released later, from inside Asio's service destruction).
+  void on_context_shutdown() noexcept override { close(); }
 
   /// Called once the object is fully owned by a shared_ptr.
   void start() { wait(); }
@@ -186,8 +194,8 @@ public:
     if (open_) {
       open_ = false;
       error_code ignored;
-      fd_.cancel(ignored);
-      fd_.release();  // the context owns the fd
+      fd_->cancel(ignored);
+      fd_->release();  // the context owns the fd
       if (saved_flags_ >= 0 && !(saved_flags_ & O_NONBLOCK)) ::fcntl(context_->async_fd, F_SETFL, saved_flags_);
     }
     if (claimed_) {
@@ -195,20 +203,22 @@ public:
       release_async_events(context_);
     }
     channel_ = nullptr;  // the owner closes and destroys it
+    fd_.reset();         // no Asio object outlives the close (see io_owner.hpp)
   }
 
   bool is_open() const noexcept { return open_; }
 
   boost::asio::any_io_executor executor_;
   ibv_context* context_;
-  boost::asio::posix::stream_descriptor fd_;
+  std::optional<boost::asio::posix::stream_descriptor> fd_;
   event_channel* channel_ = nullptr;  // the owner's; null once closed
   std::size_t limit_;
   std::uint64_t dropped_ = 0, received_ = 0;
 
 private:
   void wait() {
-    fd_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
+    if (!fd_) return;
+    fd_->async_wait(boost::asio::posix::stream_descriptor::wait_read,
                    [self = shared_from_this()](const error_code& ec) { self->on_readable(ec); });
   }
 
