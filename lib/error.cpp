@@ -190,6 +190,11 @@ std::string coverbs_category_impl::message(int ev) const {
            "this connection (create them on connection::get_device() / listener::get_device())";
   case errc::private_data_too_long:
     return "connection private data too long (at most 56 bytes with a request, 196 with a reply)";
+  case errc::executor_mismatch:
+    return "the completion queue is serviced by another executor than the queue pair or connection using it: "
+           "a queue pair's send and receive queues, and a connection's connection_options::cq, must be on the "
+           "executor the connection is accepted or connected on (with a loop_pool, use that member's cq and "
+           "executor, e.g. member::connection_options())";
   }
   return "unknown coverbs error " + std::to_string(ev);
 }

@@ -163,6 +163,9 @@ enum class errc : int {
   device_mismatch,
   /// Connection private data exceeds what the transport carries (56 bytes in a request, 196 in a reply).
   private_data_too_long,
+  /// A queue pair's completion queues, or a connection's `connection_options::cq`, are serviced by another
+  /// executor than the one the queue pair or connection is bound to (executors compared with `==`).
+  executor_mismatch,
 };
 
 /// The category of `wc_errc` values; name "coverbs.wc".
