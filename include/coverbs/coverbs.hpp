@@ -7,6 +7,7 @@
 #include <coverbs/completion_queue.hpp>
 #include <coverbs/device.hpp>
 #include <coverbs/error.hpp>
+#include <coverbs/loop_pool.hpp>
 #include <coverbs/memory_region.hpp>
 #include <coverbs/memory_window.hpp>
 #include <coverbs/protection_domain.hpp>
