@@ -12,8 +12,10 @@
 /// pool.run();
 /// for (;;) {
 ///   auto& m = pool.least_loaded();
-///   coverbs::connection c = co_await l.async_accept(m.get_executor(), m.connection_options());
-///   co_spawn(c.get_executor(), serve(std::move(c)), detached);  // runs on m's thread from here on
+///   auto options = m.connection_options();  // m's domain and queue, and a lease
+///   auto ex = m.get_executor();
+///   coverbs::connection c = co_await l.async_accept(ex, options);
+///   co_spawn(ex, serve(std::move(c)), detached);  // runs on m's thread from here on
 /// }
 /// ```
 ///
