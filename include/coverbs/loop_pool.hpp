@@ -69,7 +69,8 @@ struct loop_pool_options {
 /// every handler still queued on a member (coroutine frames included: connections and queue pairs held
 /// there are destroyed then, while the completion queues and domains still exist), then the completion
 /// queues, the domains and the io_contexts. Connections or queue pairs on a member held *outside* its
-/// loop must be destroyed before the pool.
+/// loop must be destroyed before the pool, and so must those held by a coroutine suspended on one of
+/// their operations: that coroutine is owned by the work request, not by the loop.
 class loop_pool {
 public:
   using executor_type = boost::asio::any_io_executor;
