@@ -27,13 +27,9 @@ namespace detail {
 
 namespace asio = boost::asio;
 
-/// An rdma_cm event channel whose fd (O_NONBLOCK) an executor waits on.
-struct cm_channel {
-  rdma_event_channel* channel = nullptr;
-  asio::posix::stream_descriptor fd;
-
-  explicit cm_channel(const asio::any_io_executor& ex) : fd(ex) {
-    channel = rdma_create_event_channel();
+/// A new rdma_cm event channel with its fd made O_NONBLOCK. @throws system_error
+rdma_event_channel* new_event_channel() {
+  rdma_event_channel* channel = rdma_create_event_channel();
     if (!channel) {
       const error_code cause = verbs_null_result(channel);
       // No RDMA at all on this host: say so the way device::open does (it points to the guest).
@@ -49,7 +45,24 @@ struct cm_channel {
       rdma_destroy_event_channel(channel);
       throw system_error(ec, "fcntl(O_NONBLOCK) on the rdma_cm event channel");
     }
-    fd.assign(channel->fd);
+  return channel;
+}
+
+/// An rdma_cm event channel whose fd (O_NONBLOCK) an executor waits on.
+struct cm_channel {
+  rdma_event_channel* channel = nullptr;
+  asio::posix::stream_descriptor fd;
+
+  explicit cm_channel(const asio::any_io_executor& ex) : cm_channel(ex, new_event_channel(), true) {}
+  /// Takes over `raw` (from new_event_channel). When this throws, `raw` is destroyed only if `own_on_failure`.
+  cm_channel(const asio::any_io_executor& ex, rdma_event_channel* raw, bool own_on_failure) : fd(ex) {
+    try {
+      fd.assign(raw->fd);
+    } catch (...) {
+      if (own_on_failure) rdma_destroy_event_channel(raw);
+      throw;
+    }
+    channel = raw;
   }
   ~cm_channel() {
     error_code ignored;
@@ -165,6 +178,11 @@ struct pending_op {
   connection_options options;
   std::weak_ptr<connection_impl> conn;
   std::weak_ptr<listener_impl> listener;
+  /// Handlers without an associated executor complete here: the listener's (accept) or the one given to
+  /// async_connect.
+  asio::any_io_executor io_ex;
+  /// Where the connection is (to be) bound: async_connect's executor, or the accept's peer executor.
+  asio::any_io_executor peer;
 };
 
 namespace {
@@ -172,11 +190,13 @@ namespace {
 /// Runs `h(args...)` on its associated executor: posted (from an initiating function or a cancellation,
 /// never inline) or dispatched (from the loop). (Asio 1.81's append() re-wraps an any_completion_handler
 /// endlessly, hence the explicit binding.)
+/// The cancellation slot is cleared there too, on the handler's executor (the thread that may emit its
+/// signal), not on the thread completing the operation.
 template <class Handler, class... Args>
 void deliver(Handler h, const asio::any_io_executor& io_ex, bool post, Args... args) {
-  if (auto slot = h.get_cancellation_slot(); slot.is_connected()) slot.clear();
   auto handler_ex = asio::get_associated_executor(h, io_ex);
   auto f = asio::bind_executor(std::move(handler_ex), [h = std::move(h), ... args = std::move(args)]() mutable {
+    if (auto slot = h.get_cancellation_slot(); slot.is_connected()) slot.clear();
     std::move(h)(std::move(args)...);
   });
   if (post)
@@ -185,9 +205,9 @@ void deliver(Handler h, const asio::any_io_executor& io_ex, bool post, Args... a
     asio::dispatch(io_ex, std::move(f));
 }
 
-/// Completes `op` (once).
-void complete(pending_op& op, const asio::any_io_executor& ex, error_code ec, connection c, bool post) {
-  if (op.handler) deliver(std::move(op.handler), ex, post, ec, std::move(c));
+/// Completes `op` (once), on the handler's associated executor, else `op.io_ex`.
+void complete(pending_op& op, error_code ec, connection c, bool post) {
+  if (op.handler) deliver(std::move(op.handler), op.io_ex, post, ec, std::move(c));
 }
 
 void cancel_op(const std::weak_ptr<pending_op>& weak);
@@ -270,7 +290,7 @@ public:
     auto keep = shared_from_this();
     std::shared_ptr<pending_op> op = std::move(op_);
     close();
-    if (op) complete(*op, ex_, ec, connection{}, post);
+    if (op) complete(*op, ec, connection{}, post);
   }
 
   void on_readable(const error_code& ec) {
@@ -355,6 +375,8 @@ public:
           options_.cq->native_handle()->context->device != id_->verbs->device)
         throw system_error(make_error_code(errc::device_mismatch),
                            "connection_options::pd/cq (rdma_cm chose " + device_.name() + ")");
+      if (options_.cq->get_executor() != ex_)
+        throw system_error(make_error_code(errc::executor_mismatch), "connection_options::cq");
       pd_ = options_.pd;
       cq_ = options_.cq;
     } else {
@@ -418,12 +440,19 @@ public:
     phase_ = phase::connecting;
   }
 
-  /// Passive side: take over the requester's cm_id, bring the queue pair to RTS, accept.
-  void accept(const cm_event& e) {
+  /// Passive side, on the connection's executor: take over the requester's cm_id (already moved to
+  /// `raw`, its own event channel, by the listener), bring the queue pair to RTS, accept.
+  void accept(const cm_event& e, rdma_event_channel* raw) {
     id_ = e.id;  // owned from here: close() destroys it, which rejects the request
     id_->context = this;
-    channel_ = std::make_unique<cm_channel>(ex_);
-    throw_on_error(verbs_errno_result(rdma_migrate_id(id_, channel_->channel)), "rdma_migrate_id");
+    try {
+      channel_ = std::make_unique<cm_channel>(ex_, raw, false);
+    } catch (...) {
+      rdma_destroy_id(id_);  // before its channel
+      id_ = nullptr;
+      rdma_destroy_event_channel(raw);
+      throw;
+    }
     peer_private_data_ = e.private_data;
     setup_qp();
     ibv_device_attr attr{};
@@ -443,7 +472,7 @@ public:
     phase_ = phase::established;
     timer_.cancel();
     std::shared_ptr<pending_op> op = std::move(op_);
-    if (op) complete(*op, ex_, {}, connection(shared_from_this()), false);
+    if (op) complete(*op, {}, connection(shared_from_this()), false);
   }
 
   void close() noexcept {
@@ -460,8 +489,39 @@ public:
     if (id_) rdma_destroy_id(id_);
     id_ = nullptr;
     channel_.reset();
+    options_.lease.reset();  // a loop_pool member's load drops here
     if (disconnect_) {
       deliver(std::move(disconnect_), ex_, true, make_error_code(asio::error::operation_aborted));
+    }
+  }
+};
+
+/// A connection request on its way to the accept's peer executor. Dropped unrun (its loop destroyed), it
+/// rejects the request.
+struct handed_request {
+  std::shared_ptr<pending_op> op;
+  cm_event e;
+  rdma_event_channel* raw = nullptr;
+
+  handed_request(std::shared_ptr<pending_op> o, const cm_event& ev, rdma_event_channel* r)
+      : op(std::move(o)), e(ev), raw(r) {}
+  handed_request(handed_request&& o) noexcept : op(std::move(o.op)), e(std::move(o.e)), raw(std::exchange(o.raw, nullptr)) {}
+  handed_request& operator=(handed_request&&) = delete;
+  ~handed_request() {
+    if (!raw) return;
+    rdma_destroy_id(e.id);
+    rdma_destroy_event_channel(raw);
+  }
+
+  void operator()() {
+    auto conn = std::make_shared<connection_impl>(op->peer);
+    conn->options_ = op->options;
+    conn->op_ = op;
+    op->conn = conn;
+    try {
+      conn->accept(e, std::exchange(raw, nullptr));
+    } catch (...) {
+      conn->fail(current_error(), false);
     }
   }
 };
@@ -504,27 +564,35 @@ public:
     wait();
   }
 
+  /// On the listener's executor: moves the request's cm_id to a new event channel of its own (here, so
+  /// that nothing reads the listener's channel meanwhile: rdma_migrate_id(3)), then hands it to the
+  /// accept's peer executor, which creates the connection and accepts. Until then events for the cm_id
+  /// wait in the kernel on the new channel.
   void on_request(const cm_event& e) {
     std::shared_ptr<pending_op> op = std::move(accepts_.front());
     accepts_.pop_front();
-    auto conn = std::make_shared<connection_impl>(ex_);
-    conn->options_ = op->options;
-    conn->op_ = op;
-    op->conn = conn;
     op->listener.reset();
+    rdma_event_channel* raw = nullptr;
     try {
-      conn->accept(e);
+      raw = new_event_channel();
+      throw_on_error(verbs_errno_result(rdma_migrate_id(e.id, raw)), "rdma_migrate_id");
     } catch (...) {
-      if (!conn->id_) rdma_destroy_id(e.id);  // not taken over: reject it here
-      conn->fail(current_error(), false);
+      rdma_destroy_id(e.id);  // not taken over: reject it here
+      if (raw) rdma_destroy_event_channel(raw);
+      return complete(*op, current_error(), connection{}, false);
     }
+    handed_request job{op, e, raw};
+    if (op->peer == ex_)
+      job();
+    else
+      asio::post(op->peer, std::move(job));
   }
 
   void cancel(const std::shared_ptr<pending_op>& op) {
     auto it = std::find(accepts_.begin(), accepts_.end(), op);
     if (it == accepts_.end()) return;
     accepts_.erase(it);
-    complete(*op, ex_, asio::error::operation_aborted, connection{}, true);
+    complete(*op, asio::error::operation_aborted, connection{}, true);
     if (accepts_.empty() && waiting_) {
       error_code ignored;
       channel_->fd.cancel(ignored);
@@ -535,7 +603,7 @@ public:
     while (!accepts_.empty()) {
       std::shared_ptr<pending_op> op = std::move(accepts_.front());
       accepts_.pop_front();
-      complete(*op, ex_, ec, connection{}, post);
+      complete(*op, ec, connection{}, post);
     }
   }
 
@@ -554,14 +622,17 @@ public:
 };
 
 namespace {
+/// Runs where the cancellation is emitted: the handler's executor, which for an accept is the
+/// listener's. A connection may live on another executor (a loop_pool member): it is cancelled there.
 void cancel_op(const std::weak_ptr<pending_op>& weak) {
   auto op = weak.lock();
   if (!op) return;
-  if (auto c = op->conn.lock()) {
-    if (c->op_ == op) c->fail(asio::error::operation_aborted, true);
-  } else if (auto l = op->listener.lock()) {
-    l->cancel(op);
-  }
+  if (auto l = op->listener.lock()) return l->cancel(op);  // still queued at the listener
+  asio::dispatch(op->peer, [weak] {
+    auto op = weak.lock();
+    if (!op) return;
+    if (auto c = op->conn.lock(); c && c->op_ == op) c->fail(asio::error::operation_aborted, true);
+  });
 }
 }  // namespace
 
@@ -575,7 +646,10 @@ void start_connect(const asio::any_io_executor& ex, std::string_view host, std::
   if (!ec) ec = parse_endpoint(host, port_number, dst);
   if (!ec && !options.source_address.empty()) ec = parse_endpoint(options.source_address, 0, src);
   if (!ec && options.private_data.size() > max_request_private_data) ec = errc::private_data_too_long;
-  if (ec) return complete(*op, ex, ec, connection{}, true);
+  if (!ec && options.cq && options.cq->get_executor() != ex) ec = errc::executor_mismatch;
+  op->io_ex = ex;
+  op->peer = ex;
+  if (ec) return complete(*op, ec, connection{}, true);
 
   auto c = std::make_shared<connection_impl>(ex);
   c->options_ = options;
@@ -583,28 +657,35 @@ void start_connect(const asio::any_io_executor& ex, std::string_view host, std::
   c->op_ = op;
   op->conn = c;
   install_cancellation(op);
+  // The connection's state is touched only on its executor: from here on, when this is another thread.
+  asio::dispatch(ex, [c, host = std::string(host), src, dst, timeout = options.resolve_address_timeout,
+                      connect_timeout = options.connect_timeout, has_source = !options.source_address.empty()]() mutable {
   try {
-    c->channel_ = std::make_unique<cm_channel>(ex);
+    c->channel_ = std::make_unique<cm_channel>(c->ex_);
     throw_on_error(verbs_errno_result(rdma_create_id(c->channel_->channel, &c->id_, c.get(), RDMA_PS_TCP)),
                    "rdma_create_id");
-    throw_on_error(verbs_errno_result(rdma_resolve_addr(
-                       c->id_, options.source_address.empty() ? nullptr : reinterpret_cast<sockaddr*>(&src),
-                       reinterpret_cast<sockaddr*>(&dst), static_cast<int>(options.resolve_address_timeout.count()))),
-                   "rdma_resolve_addr(" + std::string(host) + ")");
+    throw_on_error(verbs_errno_result(rdma_resolve_addr(c->id_, has_source ? reinterpret_cast<sockaddr*>(&src) : nullptr,
+                                                       reinterpret_cast<sockaddr*>(&dst), static_cast<int>(timeout.count()))),
+                   "rdma_resolve_addr(" + host + ")");
     c->phase_ = connection_impl::phase::resolving_address;
     c->wait();
-    c->start_timer(options.connect_timeout);
+    c->start_timer(connect_timeout);
   } catch (...) {
     c->fail(current_error(), true);
   }
+  });
 }
 
-void start_accept(listener_impl& l, const connection_options& options, connection_handler handler) {
+void start_accept(listener_impl& l, const asio::any_io_executor& peer, const connection_options& options,
+                  connection_handler handler) {
   auto op = std::make_shared<pending_op>();
   op->handler.swap(handler);
-  if (l.closed_) return complete(*op, l.ex_, asio::error::bad_descriptor, connection{}, true);
+  op->io_ex = l.ex_;
+  op->peer = peer;
+  if (l.closed_) return complete(*op, asio::error::bad_descriptor, connection{}, true);
   if (options.private_data.size() > max_reply_private_data)
-    return complete(*op, l.ex_, errc::private_data_too_long, connection{}, true);
+    return complete(*op, errc::private_data_too_long, connection{}, true);
+  if (options.cq && options.cq->get_executor() != peer) return complete(*op, errc::executor_mismatch, connection{}, true);
   op->options = options;
   op->listener = l.shared_from_this();
   install_cancellation(op);

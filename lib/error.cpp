@@ -210,6 +210,11 @@ std::string coverbs_category_impl::message(int ev) const {
   case errc::device_events_busy:
     return "another device_events object already reads this device's asynchronous events (a device has one "
            "reader: share that object, or open the device again)";
+  case errc::executor_mismatch:
+    return "the completion queue is serviced by another executor than the queue pair or connection using it: "
+           "a queue pair's send and receive queues, and a connection's connection_options::cq, must be on the "
+           "executor the connection is accepted or connected on (with a loop_pool, use that member's cq and "
+           "executor, e.g. member::connection_options())";
   }
   return "unknown coverbs error " + std::to_string(ev);
 }

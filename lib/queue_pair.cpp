@@ -168,7 +168,8 @@ error_code prepare_atomic(queue_pair_impl* qp, wr_node& n, const registered_span
 queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq, const queue_pair_options& options)
     : send_cq_(&send_cq), recv_cq_(&recv_cq), options_(options) {
   if (send_cq.executor_ != recv_cq.executor_)
-    throw system_error(errno_code(EINVAL), "queue_pair: the send and receive completion queues must share an executor");
+    throw system_error(make_error_code(errc::executor_mismatch),
+                       "queue_pair: the send and receive completion queues must share an executor");
   const bool same = &send_cq == &recv_cq;
   const std::size_t need_send = options.max_send_wr, need_recv = options.max_recv_wr;
   if (same ? !send_cq.reserve(need_send + need_recv) : !send_cq.reserve(need_send))

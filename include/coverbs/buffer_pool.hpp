@@ -95,7 +95,11 @@ private:
 /// Lifetime: the service and the protection domain outlive the pool. Buffers may outlive the pool object:
 /// arenas are deregistered and unmapped when the pool and its last buffer are gone.
 /// @par Thread Safety
-/// Thread-safe.
+/// Thread-safe, and may be shared across loops (threads): its free lists are guarded by a mutex and
+/// arenas are registered on the service's workers. `async_allocate` completes on the handler's associated
+/// executor, else the service's: from a loop_pool member, use a token bound to the member (a coroutine's
+/// `use_awaitable` is), or the handler runs on the service's loop. A `registered_buffer` is not shared:
+/// it belongs to the thread using it and may be destroyed (returned) on any thread.
 class buffer_pool {
 public:
   /// Maps and registers `options.initial_arenas` arenas per class on this thread.

@@ -10,6 +10,14 @@
 /// so a connection never depends on its listener. One fd per connection keeps destruction simple and
 /// local (rdma_destroy_id never waits: every event is acknowledged as soon as it is read).
 ///
+/// Several loops (`loop_pool`): `listener::async_accept(peer_executor, options)` accepts on the listener's
+/// executor and binds the connection to `peer_executor`. The listener's thread takes the request and moves
+/// its cm_id to a fresh event channel (rdma_migrate_id must not race a read of the old channel, and there
+/// only the listener reads it); the request is then posted to `peer_executor`, which waits on that channel
+/// (so disconnects are serviced there), creates the queue pair on `options.cq` and accepts. The accept's
+/// handler runs on its associated executor, else the listener's, like Asio's
+/// `acceptor::async_accept(peer_context)`. `async_connect(ex, ...)` does all of its work on `ex`.
+///
 /// Devices: rdma_cm opens its own `ibv_context` per device (`rdma_cm_id::verbs`) and keeps it open for
 /// the life of the process. `listener::get_device()` and `connection::get_device()` give a non-owning
 /// `device` view of it (`device::adopt`), on which protection domains, completion queues and memory
@@ -25,7 +33,10 @@
 /// `connection::error()` / `queue_pair::error()` report `errc::connection_reset`.
 ///
 /// @par Thread Safety
-/// Distinct objects: safe. Shared objects: unsafe; use a listener or connection from its executor.
+/// Distinct objects: safe. Shared objects: unsafe; use a listener or connection from its executor (a
+/// connection handed from a listener on another loop: move it to its own executor, e.g. `co_spawn(
+/// conn.get_executor(), ...)`, and use and destroy it there). Cancellation of an accept or connect is
+/// emitted on the handler's executor.
 
 #include <coverbs/completion_queue.hpp>
 #include <coverbs/device.hpp>
@@ -63,8 +74,12 @@ struct connection_options {
   /// completion queue (depth max_send_wr + max_recv_wr) on the device rdma_cm chose, reachable through
   /// `connection::pd()` / `cq()`. Otherwise both must be set, live on that device
   /// (`errc::device_mismatch`), and outlive the connection.
+  /// `cq` must be serviced by the executor the connection is bound to (`errc::executor_mismatch`).
   protection_domain* pd = nullptr;
   completion_queue* cq = nullptr;
+  /// Held by the connection until it closes (or by the accept/connect until it fails); empty: nothing.
+  /// `loop_pool` counts a member's load with it (`loop_pool::member::connection_options`).
+  std::shared_ptr<void> lease;
   /// Sent to the peer with the connection request (at most 56 bytes) or the reply (at most 196 bytes).
   std::vector<std::byte> private_data;
   /// RDMA reads / atomics this side accepts as responder and issues as initiator; 0: the device's
@@ -97,7 +112,8 @@ using connection_handler = boost::asio::any_completion_handler<void(error_code, 
 using disconnect_handler = boost::asio::any_completion_handler<void(error_code)>;
 void start_connect(const boost::asio::any_io_executor& ex, std::string_view host, std::string_view port,
                    const connect_options& options, connection_handler handler);
-void start_accept(listener_impl& l, const connection_options& options, connection_handler handler);
+void start_accept(listener_impl& l, const boost::asio::any_io_executor& peer, const connection_options& options,
+                  connection_handler handler);
 void start_disconnect(connection_impl* c, disconnect_handler handler);
 }  // namespace detail
 
@@ -211,11 +227,21 @@ public:
   /// @par Thread Safety Call from the listener's executor.
   template <class Token = default_token>
   auto async_accept(const connection_options& options, Token&& token = default_token{}) {
+    return async_accept(get_executor(), options, std::forward<Token>(token));
+  }
+  /// As above, with the connection bound to `peer_executor` (e.g. a `loop_pool` member's): its queue pair
+  /// is created, the request accepted and its rdma_cm events serviced there (see the file comment). The
+  /// handler runs on its associated executor, else the listener's.
+  /// @par Errors as above, and `errc::executor_mismatch` (posted, nothing taken from the backlog) when
+  /// `options.cq` is serviced by another executor than `peer_executor`.
+  template <class Token = default_token>
+  auto async_accept(const executor_type& peer_executor, const connection_options& options,
+                    Token&& token = default_token{}) {
     return boost::asio::async_initiate<Token, void(error_code, connection)>(
-        [impl = impl_.get()](auto handler, const connection_options& o) {
-          detail::start_accept(*impl, o, std::move(handler));
+        [impl = impl_.get()](auto handler, const executor_type& peer, const connection_options& o) {
+          detail::start_accept(*impl, peer, o, std::move(handler));
         },
-        token, options);
+        token, peer_executor, options);
   }
   /// As above with `listener_options::connection`.
   template <class Token = default_token>
@@ -241,11 +267,13 @@ private:
 /// (RDMA_CM_EVENT_ROUTE_ERROR), `errc::connection_refused` (RDMA_CM_EVENT_REJECTED: nobody listens on that
 /// port, or the server refused), `errc::connection_unreachable` (RDMA_CM_EVENT_UNREACHABLE: no reply to the
 /// request), `errc::connection_failed` (RDMA_CM_EVENT_CONNECT_ERROR), `boost::asio::error::timed_out`
-/// (connect_timeout elapsed), `errc::device_mismatch`, errno of the rdma_* calls (-1/errno) and of
-/// ibv_create_qp / ibv_modify_qp.
+/// (connect_timeout elapsed), `errc::device_mismatch`, `errc::executor_mismatch` (options.cq serviced by
+/// another executor than `ex`; checked before anything starts), errno of the rdma_* calls (-1/errno) and
+/// of ibv_create_qp / ibv_modify_qp.
 /// @par Per-Operation Cancellation terminal, partial, total: completes with `operation_aborted`; the cm_id
 /// and queue pair are destroyed (a request already sent is withdrawn by the peer's CM).
-/// @par Thread Safety The connection is bound to `ex`.
+/// @par Thread Safety The connection is bound to `ex`, which may be another loop than the caller's: the
+/// connect runs there; the handler runs on its associated executor, else `ex`.
 template <class Token = connection::default_token>
 auto async_connect(const boost::asio::any_io_executor& ex, std::string_view host, std::string_view port,
                    const connect_options& options, Token&& token = connection::default_token{}) {

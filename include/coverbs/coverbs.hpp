@@ -8,6 +8,7 @@
 #include <coverbs/device.hpp>
 #include <coverbs/device_events.hpp>
 #include <coverbs/error.hpp>
+#include <coverbs/loop_pool.hpp>
 #include <coverbs/memory_region.hpp>
 #include <coverbs/memory_window.hpp>
 #include <coverbs/protection_domain.hpp>

@@ -102,7 +102,10 @@ struct gid_entry {
 ///
 /// Lifetime: outlives every protection domain, queue pair and completion queue created on it.
 /// @par Thread Safety
-/// Distinct objects: safe. Shared objects: the const queries are safe; open/close are not.
+/// Distinct objects: safe. Shared objects: may be shared across loops (threads): the const queries
+/// (`query()`, ports, GIDs: verbs on an `ibv_context`, which libibverbs makes thread-safe) and creating
+/// domains and completion queues on it from several threads are safe; open, close, move and destruction
+/// are not while another thread uses it.
 class device {
 public:
   device() noexcept = default;

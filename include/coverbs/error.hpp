@@ -179,6 +179,9 @@ enum class errc : int {
   cq_error,
   /// Another `device_events` object already reads this device's events.
   device_events_busy,
+  /// A queue pair's completion queues, or a connection's `connection_options::cq`, are serviced by another
+  /// executor than the one the queue pair or connection is bound to (executors compared with `==`).
+  executor_mismatch,
 };
 
 /// The category of `wc_errc` values; name "coverbs.wc".

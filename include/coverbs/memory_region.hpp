@@ -22,7 +22,10 @@ class protection_domain;
 /// Lifetime: the protection domain outlives the region; the memory stays allocated while registered;
 /// windows bound to the region are invalidated before it is deregistered (the verb answers EBUSY).
 /// @par Thread Safety
-/// Distinct objects: safe. Shared objects: unsafe.
+/// Distinct objects: safe. Shared objects: the const accessors (keys, address, length, rights) may be
+/// used from several loops (threads) at once — they read values fixed at registration — so one region may
+/// back operations posted from several loops. Moving, deregistration and destruction are unsafe while
+/// another thread uses it (and, as always, only after every operation naming it has completed).
 class memory_region {
 public:
   memory_region() noexcept = default;

@@ -18,7 +18,11 @@ class device;
 /// domain rather than crash, and says so on stderr).
 ///
 /// @par Thread Safety
-/// Distinct objects: safe. Shared objects: unsafe.
+/// Distinct objects: safe. Shared objects: may be shared across loops (threads): creating regions,
+/// windows and queue pairs in one domain from several threads at once is safe (ibv_reg_mr / ibv_create_qp
+/// / ibv_alloc_mw take a `ibv_pd*` and libibverbs and the kernel serialize what needs it), and the const
+/// accessors only read a pointer fixed at construction. Moving, `close()` and destruction are unsafe while
+/// another thread uses the domain. `loop_pool` shares one domain across its members by default.
 class protection_domain {
 public:
   /// An empty domain (`native_handle() == nullptr`).

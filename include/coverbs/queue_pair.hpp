@@ -98,7 +98,8 @@ public:
   /// max_send_wr + max_recv_wr completions), or the errno of ibv_create_qp(3) (EINVAL: sizes above the
   /// device's max_qp_wr / max_sge / inline limit).
   queue_pair(protection_domain& pd, completion_queue& cq, const queue_pair_options& options = {});
-  /// As above with separate send and receive completion queues (both on the same executor).
+  /// As above with separate send and receive completion queues. They must be serviced by the same executor
+  /// (`==`): otherwise @throws system_error `errc::executor_mismatch` and nothing is created.
   queue_pair(protection_domain& pd, completion_queue& send_cq, completion_queue& recv_cq,
              const queue_pair_options& options = {});
 

@@ -62,7 +62,9 @@ struct cache_stats {
 /// Lifetime: the service outlives the cache. Destroying the cache deregisters unused entries; handles
 /// outlive it safely (their registration goes with the last one).
 /// @par Thread Safety
-/// Thread-safe.
+/// Thread-safe, and may be shared across loops (threads): the index is guarded by a mutex and misses run
+/// on the service's workers. `async_acquire` completes on the handler's associated executor, else the
+/// service's (bind the token to the calling member's executor in a loop_pool).
 class registration_cache {
 public:
   explicit registration_cache(registration_service& service, const cache_options& options = {});

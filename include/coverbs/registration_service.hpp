@@ -184,7 +184,10 @@ struct rereg_request {
 /// completes every request in flight with `operation_aborted`, deregisters what running requests produce,
 /// and joins the workers; shared_regions it produced stay valid after it is gone.
 /// @par Thread Safety
-/// Thread-safe: requests may be made from any thread.
+/// Thread-safe: requests may be made from any thread, and one service may be shared by every loop of a
+/// `loop_pool` (its queue and counters are guarded by a mutex; registration runs on its own workers). A
+/// request completes on its handler's associated executor — the requesting member's for a coroutine's
+/// `use_awaitable` — else on the service's executor, never on a worker thread.
 class registration_service {
 public:
   using executor_type = boost::asio::any_io_executor;

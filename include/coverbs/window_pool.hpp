@@ -24,7 +24,8 @@
 ///
 /// @par Thread Safety
 /// Distinct objects: safe. Shared objects: unsafe. A pool and its leases are used from one executor (the one
-/// of the queue pairs the leases are bound through).
+/// of the queue pairs the leases are bound through). Not shared across loops: its state is unlocked and
+/// its timers run on the queue pair's executor. With a `loop_pool`, make one window pool per member.
 
 #include <coverbs/memory_window.hpp>
 

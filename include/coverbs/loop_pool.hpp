@@ -1,0 +1,173 @@
+#pragma once
+/// @file
+/// `loop_pool`: several event loops, each an `asio::io_context` run by its own thread, each (given a
+/// device) with its own completion queue, and a protection domain shared by all or one per loop. The
+/// shape of Asio's io_context_pool example (HTTP server 2), for RDMA: spreading queue pairs over several
+/// completion queues on several cores is what scales a server (one completion queue per 2-4 cores is the
+/// usual advice; one loop per core is the default here).
+///
+/// ```cpp
+/// coverbs::listener l(io.get_executor(), "10.77.0.1", 7471);
+/// coverbs::loop_pool pool(l.get_device(), {.loops = 4});
+/// pool.run();
+/// for (;;) {
+///   auto& m = pool.least_loaded();
+///   auto options = m.connection_options();  // m's domain and queue, and a lease
+///   auto ex = m.get_executor();
+///   coverbs::connection c = co_await l.async_accept(ex, options);
+///   co_spawn(ex, serve(std::move(c)), detached);  // runs on m's thread from here on
+/// }
+/// ```
+///
+/// Placement: `next()` takes the members in turn; `least_loaded()` the one with the fewest leases alive
+/// (a lease is taken by `member::connection_options()` and held by the connection until it closes, or
+/// taken with `member::lease()` for queue pairs of your own).
+///
+/// Why "loop": the rest of coverbs calls an executor's io_context "the loop"; a pool member is a loop
+/// plus the completion queue its queue pairs must use.
+///
+/// @par Thread Safety
+/// `next()`, `least_loaded()`, `size()`, `operator[]`, the members' accessors and `lease()` may be
+/// called from any thread. `run()`, `stop()`, `join()` and the destructor from one thread at a time,
+/// never from a member's own thread (`join()` would wait for itself). A member's completion queue, and the
+/// queue pairs and connections on it, are used from that member's executor only; the shared protection
+/// domain and the device may be used from every member (see docs/programming-model.md for the table).
+
+#include <coverbs/cm.hpp>
+#include <coverbs/completion_queue.hpp>
+#include <coverbs/device.hpp>
+#include <coverbs/protection_domain.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+namespace coverbs {
+
+/// How a loop_pool is made.
+struct loop_pool_options {
+  /// Number of loops (threads); 0: `std::thread::hardware_concurrency()` (1 when unknown).
+  unsigned loops = 0;
+  /// Each member's completion queue (with a device). `depth` bounds the queue pairs a member takes:
+  /// each reserves its max_send_wr + max_recv_wr entries (`errc::cq_overcommitted` beyond).
+  completion_queue_options cq = {};
+  /// true: one protection domain per member; false: one shared by every member (verbs objects of one
+  /// domain may be created and used from several threads: libibverbs serializes what needs it).
+  bool pd_per_loop = false;
+};
+
+/// N loops on N threads. Neither copyable nor movable (members are referenced by address).
+///
+/// Lifetime: the device outlives the pool. Destruction stops the loops, joins the threads, then destroys
+/// every handler still queued on a member (coroutine frames included: connections and queue pairs held
+/// there are destroyed then, while the completion queues and domains still exist), then the completion
+/// queues, the domains and the io_contexts. Connections or queue pairs on a member held *outside* its
+/// loop must be destroyed before the pool, and so must those held by a coroutine suspended on one of
+/// their operations: that coroutine is owned by the work request, not by the loop.
+class loop_pool {
+public:
+  using executor_type = boost::asio::any_io_executor;
+
+  /// One loop of the pool.
+  class member {
+  public:
+    member(const member&) = delete;
+    member& operator=(const member&) = delete;
+
+    /// Position in the pool, 0 .. size()-1.
+    std::size_t index() const noexcept { return index_; }
+    boost::asio::io_context& context() noexcept { return *io_; }
+    executor_type get_executor() const noexcept { return io_->get_executor(); }
+    /// The member's completion queue, serviced by its executor. Needs a pool made with a device.
+    completion_queue& cq() noexcept { return *cq_; }
+    /// The protection domain of this member (the shared one unless `pd_per_loop`). Needs a device.
+    protection_domain& pd() noexcept { return *pd_; }
+    bool has_device() const noexcept { return cq_.has_value(); }
+    /// The thread running this member; a default id when it is not running (before `run()`, after
+    /// `join()`).
+    std::thread::id thread_id() const noexcept { return thread_id_.load(std::memory_order_acquire); }
+    /// Leases alive: what `least_loaded()` compares.
+    std::size_t load() const noexcept { return load_->load(std::memory_order_relaxed); }
+    /// Counts one placement on this member until the last copy of the returned pointer is destroyed.
+    std::shared_ptr<void> lease();
+    /// `base` with this member's protection domain, completion queue and a lease: the options for
+    /// `listener::async_accept(get_executor(), ...)` or `async_connect(get_executor(), ...)`.
+    template <class Options = coverbs::connection_options>
+    Options connection_options(Options base = {}) {
+      base.pd = &pd();
+      base.cq = &cq();
+      base.lease = lease();
+      return base;
+    }
+
+  private:
+    friend class loop_pool;
+    /// An io_context whose queued handlers the pool can destroy before the completion queue goes.
+    struct loop_context : boost::asio::io_context {
+      loop_context() : boost::asio::io_context(1) {}
+      void destroy_handlers() { shutdown(); }
+    };
+    member(std::size_t index, device* dev, protection_domain* shared_pd, const loop_pool_options& options);
+
+    std::size_t index_;
+    std::unique_ptr<loop_context> io_;
+    std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+    std::optional<protection_domain> own_pd_;
+    protection_domain* pd_ = nullptr;
+    std::optional<completion_queue> cq_;
+    std::thread thread_;
+    std::atomic<std::thread::id> thread_id_{};
+    std::shared_ptr<std::atomic<std::size_t>> load_ = std::make_shared<std::atomic<std::size_t>>(0);
+
+  public:
+    ~member();
+  };
+
+  /// Loops only: no completion queues or domains (`member::has_device()` is false), for code that
+  /// brings its own.
+  explicit loop_pool(const loop_pool_options& options = {});
+  /// Loops with a completion queue each (and domains) on `dev`. For connections, use the listener's
+  /// or connection's device (`listener::get_device()`): rdma_cm's verbs context, in which the queue
+  /// pairs are created.
+  /// @throws system_error with the errno of ibv_alloc_pd / ibv_create_comp_channel / ibv_create_cq.
+  explicit loop_pool(device& dev, const loop_pool_options& options = {});
+  loop_pool(const loop_pool&) = delete;
+  loop_pool& operator=(const loop_pool&) = delete;
+  ~loop_pool();
+
+  std::size_t size() const noexcept { return members_.size(); }
+  member& operator[](std::size_t i) noexcept { return *members_[i]; }
+
+  /// Round robin: each call the next member.
+  member& next() noexcept;
+  /// The member with the fewest leases alive; ties go round robin.
+  member& least_loaded() noexcept;
+  /// The member whose thread calls this, or null (e.g. from a thread outside the pool).
+  member* current() noexcept;
+
+  /// Starts one thread per member running its io_context (members already running are left alone) and
+  /// returns. A work guard keeps every member's `run()` from returning while it is idle, until `stop()`.
+  /// A handler that throws ends the process (std::terminate), as an exception leaving a std::thread does.
+  /// @throws std::system_error when a thread cannot be started (those started keep running).
+  void run();
+  /// Stops every loop (io_context::stop): their threads return soon, handlers not yet run stay queued.
+  /// `run()` restarts them.
+  void stop() noexcept;
+  /// Waits for every member's thread to return (after `stop()`). `run(); join();` is the Asio example's
+  /// blocking `run()`.
+  void join() noexcept;
+
+private:
+  std::optional<protection_domain> shared_pd_;
+  std::vector<std::unique_ptr<member>> members_;
+  std::atomic<std::size_t> next_{0};
+};
+
+}  // namespace coverbs

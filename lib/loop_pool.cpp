@@ -1,0 +1,118 @@
+#include <coverbs/loop_pool.hpp>
+
+#include <algorithm>
+#include <limits>
+
+namespace coverbs {
+
+loop_pool::member::member(std::size_t index, device* dev, protection_domain* shared_pd,
+                          const loop_pool_options& options)
+    : index_(index), io_(std::make_unique<loop_context>()) {
+  work_.emplace(io_->get_executor());
+  if (!dev) return;
+  if (shared_pd) {
+    pd_ = shared_pd;
+  } else {
+    own_pd_.emplace(*dev);
+    pd_ = &*own_pd_;
+  }
+  cq_.emplace(io_->get_executor(), *dev, options.cq);
+}
+
+loop_pool::member::~member() = default;
+
+std::shared_ptr<void> loop_pool::member::lease() {
+  load_->fetch_add(1, std::memory_order_relaxed);
+  // The counter, not the member, is kept: a lease may outlive the pool.
+  return std::shared_ptr<void>(nullptr, [load = load_](void*) { load->fetch_sub(1, std::memory_order_relaxed); });
+}
+
+namespace {
+unsigned loop_count(const loop_pool_options& options) {
+  if (options.loops) return options.loops;
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+}  // namespace
+
+loop_pool::loop_pool(const loop_pool_options& options) {
+  const unsigned n = loop_count(options);
+  members_.reserve(n);
+  for (unsigned i = 0; i < n; ++i) members_.emplace_back(new member(i, nullptr, nullptr, options));
+}
+
+loop_pool::loop_pool(device& dev, const loop_pool_options& options) {
+  const unsigned n = loop_count(options);
+  if (!options.pd_per_loop) shared_pd_.emplace(dev);
+  members_.reserve(n);
+  for (unsigned i = 0; i < n; ++i)
+    members_.emplace_back(new member(i, &dev, shared_pd_ ? &*shared_pd_ : nullptr, options));
+}
+
+loop_pool::~loop_pool() {
+  stop();
+  join();
+  // Handlers still queued (coroutines waiting on a queue pair, connections held in them) go first, while
+  // every completion queue and domain they may use still exists; then the queues, the domains, and the
+  // io_contexts last (a completion queue's descriptor belongs to its io_context).
+  for (auto& m : members_) {
+    m->work_.reset();
+    m->io_->destroy_handlers();
+  }
+  for (auto& m : members_) m->cq_.reset();
+  for (auto& m : members_) m->own_pd_.reset();
+  shared_pd_.reset();
+  members_.clear();
+}
+
+loop_pool::member& loop_pool::next() noexcept {
+  return *members_[next_.fetch_add(1, std::memory_order_relaxed) % members_.size()];
+}
+
+loop_pool::member& loop_pool::least_loaded() noexcept {
+  const std::size_t n = members_.size();
+  const std::size_t start = next_.fetch_add(1, std::memory_order_relaxed) % n;
+  member* best = members_[start].get();
+  std::size_t best_load = best->load();
+  for (std::size_t k = 1; k < n && best_load > 0; ++k) {
+    member* m = members_[(start + k) % n].get();
+    if (const std::size_t l = m->load(); l < best_load) {
+      best = m;
+      best_load = l;
+    }
+  }
+  return *best;
+}
+
+loop_pool::member* loop_pool::current() noexcept {
+  const auto self = std::this_thread::get_id();
+  for (auto& m : members_)
+    if (m->thread_id() == self) return m.get();
+  return nullptr;
+}
+
+void loop_pool::run() {
+  for (auto& m : members_) {
+    if (m->thread_.joinable()) continue;
+    m->io_->restart();
+    m->thread_ = std::thread([mp = m.get()] {
+      mp->thread_id_.store(std::this_thread::get_id(), std::memory_order_release);
+      mp->io_->run();
+    });
+    // Known to the caller as soon as run() returns, not only once the thread got going.
+    m->thread_id_.store(m->thread_.get_id(), std::memory_order_release);
+  }
+}
+
+void loop_pool::stop() noexcept {
+  for (auto& m : members_) m->io_->stop();
+}
+
+void loop_pool::join() noexcept {
+  for (auto& m : members_) {
+    if (!m->thread_.joinable()) continue;
+    m->thread_.join();
+    m->thread_id_.store(std::thread::id{}, std::memory_order_release);
+  }
+}
+
+}  // namespace coverbs
