@@ -1,5 +1,6 @@
 #include <coverbs/cm.hpp>
 
+#include "io_owner.hpp"
 #include "qp_impl.hpp"
 
 #include <boost/asio/bind_executor.hpp>
@@ -51,13 +52,15 @@ rdma_event_channel* new_event_channel() {
 /// An rdma_cm event channel whose fd (O_NONBLOCK) an executor waits on.
 struct cm_channel {
   rdma_event_channel* channel = nullptr;
-  asio::posix::stream_descriptor fd;
+  /// Waited on while events are expected; destroyed by `release_fd` at close or when the io_context shuts
+  /// down (see io_owner.hpp), never later.
+  std::optional<asio::posix::stream_descriptor> fd;
 
   explicit cm_channel(const asio::any_io_executor& ex) : cm_channel(ex, new_event_channel(), true) {}
   /// Takes over `raw` (from new_event_channel). When this throws, `raw` is destroyed only if `own_on_failure`.
-  cm_channel(const asio::any_io_executor& ex, rdma_event_channel* raw, bool own_on_failure) : fd(ex) {
+  cm_channel(const asio::any_io_executor& ex, rdma_event_channel* raw, bool own_on_failure) : fd(std::in_place, ex) {
     try {
-      fd.assign(raw->fd);
+      fd->assign(raw->fd);
     } catch (...) {
       if (own_on_failure) rdma_destroy_event_channel(raw);
       throw;
@@ -65,10 +68,16 @@ struct cm_channel {
     channel = raw;
   }
   ~cm_channel() {
-    error_code ignored;
-    fd.cancel(ignored);
-    fd.release();  // the channel owns the fd
+    release_fd();
     rdma_destroy_event_channel(channel);
+  }
+  /// Stops waiting and destroys the descriptor object (the channel keeps its fd).
+  void release_fd() noexcept {
+    if (!fd) return;
+    error_code ignored;
+    fd->cancel(ignored);
+    fd->release();
+    fd.reset();
   }
   cm_channel(const cm_channel&) = delete;
   cm_channel& operator=(const cm_channel&) = delete;
@@ -230,7 +239,7 @@ void install_cancellation(const std::shared_ptr<pending_op>& op) {
 
 }  // namespace
 
-class connection_impl : public std::enable_shared_from_this<connection_impl> {
+class connection_impl : public std::enable_shared_from_this<connection_impl>, public io_owner {
 public:
   enum class phase {
     idle,
@@ -243,7 +252,15 @@ public:
     down
   };
 
-  explicit connection_impl(const asio::any_io_executor& ex) : ex_(ex), timer_(ex) {}
+  explicit connection_impl(const asio::any_io_executor& ex) : ex_(ex), timer_(std::in_place, ex) {
+    enroll(asio::query(ex_, asio::execution::context));
+  }
+
+  /// The io_context is shutting down: its timer and descriptor objects go now, while the services exist.
+  void on_context_shutdown() noexcept override {
+    timer_.reset();
+    if (channel_) channel_->release_fd();
+  }
   ~connection_impl() { close(); }
 
   asio::any_io_executor ex_;
@@ -260,15 +277,15 @@ public:
   phase phase_ = phase::idle;
   std::shared_ptr<pending_op> op_;  // connect / accept in progress
   disconnect_handler disconnect_;   // disconnect in progress
-  asio::steady_timer timer_;
+  std::optional<asio::steady_timer> timer_;  // reset only when the io_context shuts down
   connection_options options_;
   std::chrono::milliseconds route_timeout_{2000};
   bool waiting_ = false, closed_ = false;
 
   void wait() {
-    if (waiting_ || closed_) return;
+    if (waiting_ || closed_ || !channel_ || !channel_->fd) return;
     waiting_ = true;
-    channel_->fd.async_wait(asio::posix::stream_descriptor::wait_read,
+    channel_->fd->async_wait(asio::posix::stream_descriptor::wait_read,
                             [self = shared_from_this()](const error_code& ec) {
                               self->waiting_ = false;
                               self->on_readable(ec);
@@ -276,9 +293,9 @@ public:
   }
 
   void start_timer(std::chrono::milliseconds limit) {
-    if (limit.count() <= 0) return;
-    timer_.expires_after(limit);
-    timer_.async_wait([weak = weak_from_this()](const error_code& ec) {
+    if (limit.count() <= 0 || !timer_) return;
+    timer_->expires_after(limit);
+    timer_->async_wait([weak = weak_from_this()](const error_code& ec) {
       auto self = weak.lock();
       if (!ec && self && self->op_) self->fail(asio::error::timed_out, false);
     });
@@ -470,7 +487,7 @@ public:
 
   void established() {
     phase_ = phase::established;
-    timer_.cancel();
+    if (timer_) timer_->cancel();
     std::shared_ptr<pending_op> op = std::move(op_);
     if (op) complete(*op, {}, connection(shared_from_this()), false);
   }
@@ -478,11 +495,8 @@ public:
   void close() noexcept {
     if (closed_) return;
     closed_ = true;
-    timer_.cancel();
-    if (channel_) {
-      error_code ignored;
-      channel_->fd.cancel(ignored);
-    }
+    if (timer_) timer_->cancel();
+    if (channel_) channel_->release_fd();
     qp_.reset();
     own_cq_.reset();
     own_pd_.reset();
@@ -526,10 +540,17 @@ struct handed_request {
   }
 };
 
-class listener_impl : public std::enable_shared_from_this<listener_impl> {
+class listener_impl : public std::enable_shared_from_this<listener_impl>, public io_owner {
 public:
   listener_impl(const asio::any_io_executor& ex, const listener_options& options) : ex_(ex), options_(options) {}
   ~listener_impl() { close(); }
+
+  /// The io_context is shutting down: the channel's descriptor object goes now, while the services exist.
+  void on_context_shutdown() noexcept override {
+    if (channel_) channel_->release_fd();
+  }
+  /// Once the channel (and with it the descriptor) exists.
+  void enroll_in_context() { enroll(asio::query(ex_, asio::execution::context)); }
 
   asio::any_io_executor ex_;
   listener_options options_;
@@ -541,9 +562,9 @@ public:
 
   /// Waits on the channel while an accept is pending; requests wait in the kernel's backlog otherwise.
   void wait() {
-    if (waiting_ || closed_ || accepts_.empty()) return;
+    if (waiting_ || closed_ || accepts_.empty() || !channel_ || !channel_->fd) return;
     waiting_ = true;
-    channel_->fd.async_wait(asio::posix::stream_descriptor::wait_read,
+    channel_->fd->async_wait(asio::posix::stream_descriptor::wait_read,
                             [self = shared_from_this()](const error_code& ec) {
                               self->waiting_ = false;
                               self->on_readable(ec);
@@ -593,9 +614,9 @@ public:
     if (it == accepts_.end()) return;
     accepts_.erase(it);
     complete(*op, asio::error::operation_aborted, connection{}, true);
-    if (accepts_.empty() && waiting_) {
+    if (accepts_.empty() && waiting_ && channel_->fd) {
       error_code ignored;
-      channel_->fd.cancel(ignored);
+      channel_->fd->cancel(ignored);
     }
   }
 
@@ -610,10 +631,7 @@ public:
   void close() noexcept {
     if (closed_) return;
     closed_ = true;
-    if (channel_) {
-      error_code ignored;
-      channel_->fd.cancel(ignored);
-    }
+    if (channel_) channel_->release_fd();
     fail_all(asio::error::operation_aborted, true);
     if (id_) rdma_destroy_id(id_);
     id_ = nullptr;
@@ -751,6 +769,7 @@ listener::listener(const executor_type& ex, std::string_view address, std::uint1
   sockaddr_storage a{};
   throw_on_error(detail::parse_endpoint(address.empty() ? "0.0.0.0" : address, port, a), "listener(" + where + ")");
   impl_->channel_ = std::make_unique<detail::cm_channel>(ex);
+  impl_->enroll_in_context();
   throw_on_error(verbs_errno_result(rdma_create_id(impl_->channel_->channel, &impl_->id_, impl_.get(), RDMA_PS_TCP)),
                  "rdma_create_id");
   throw_on_error(verbs_errno_result(rdma_bind_addr(impl_->id_, reinterpret_cast<sockaddr*>(&a))),
