@@ -2,11 +2,16 @@
 // shares one io_context (one thread) with a loopback RC pair on one event-driven completion queue, and its
 // lateness is measured while the queue is idle and while a stream of RDMA operations keeps it busy.
 //
-//   bench_fairness [--device NAME] [--duration-ms N] [--size BYTES] [--streams N] [--json]
+//   bench_fairness [--device NAME] [--duration-ms N] [--size BYTES] [--streams N]
+//                  [--max-completions-per-turn N] [--json]
 //
-// The timer is re-armed from its own handler at absolute deadlines (start + 1 ms, + 2 ms, ...): a wake-up
-// that comes late is followed by the ones it delayed, so every deadline of the period is one sample, and
-// lateness = wake-up time − deadline (std::chrono::steady_clock). Three modes, each --duration-ms long:
+// The timer is re-armed from its own handler for 1 ms after each wake-up, and lateness = wake-up time −
+// deadline (std::chrono::steady_clock): how long an expired timer waits before the loop runs it, i.e.
+// how long the completion queue keeps a ready handler waiting. (A schedule of absolute deadlines would
+// measure something else once the loop's turn is longer than the period: the backlog of deadlines grows
+// by the period every turn, whatever the dispatch does; under emulation one completion's handler costs
+// ~200 us, so 32 of them are a 6 ms turn.) The queue's max_completions_per_turn is
+// --max-completions-per-turn (default: the library's). Three modes, each --duration-ms long:
 //   idle   the timer alone (the loop's own jitter)
 //   read   --streams coroutines `for (;;) co_await qp.async_read(...)` of --size bytes
 //   write  --streams chains of completion handlers, each posting the next RDMA write of --size bytes from
@@ -48,10 +53,12 @@ struct config {
   int duration_ms = 3000;
   std::size_t size = 8;
   int streams = 1;
+  unsigned max_completions_per_turn = cv::completion_queue_options{}.max_completions_per_turn;
   bool json = false;
 };
 
-constexpr const char* usage_text = "[--device NAME] [--duration-ms N] [--size BYTES] [--streams N] [--json]";
+constexpr const char* usage_text =
+    "[--device NAME] [--duration-ms N] [--size BYTES] [--streams N] [--max-completions-per-turn N] [--json]";
 
 config parse(int argc, char** argv) {
   config c;
@@ -68,6 +75,8 @@ config parse(int argc, char** argv) {
       c.size = arg.size(1, 1u << 20);
     else if (arg.is("--streams"))
       c.streams = static_cast<int>(arg.count(1, 64));
+    else if (arg.is("--max-completions-per-turn"))
+      c.max_completions_per_turn = static_cast<unsigned>(arg.count(1, 1'000'000));
     else if (arg.is("--json"))
       c.json = true;
     else
@@ -88,7 +97,7 @@ public:
 
 private:
   void arm() {
-    deadline_ += std::chrono::milliseconds(1);
+    deadline_ = std::max(deadline_, clock_type::now()) + std::chrono::milliseconds(1);
     if (deadline_ > end_) return;
     timer_.expires_at(deadline_);
     timer_.async_wait([this](cv::error_code ec) {
@@ -116,10 +125,15 @@ struct pair {
   cv::memory_region mr;
 
   pair(asio::io_context& io, const config& c)
-      : dev(cv::device::open(c.device)), pd(dev), cq(io, dev), a(pd, cq, qp_options(c)), b(pd, cq, qp_options(c)),
+      : dev(cv::device::open(c.device)), pd(dev), cq(io, dev, cq_options(c)), a(pd, cq, qp_options(c)), b(pd, cq, qp_options(c)),
         bytes(2 * c.size * static_cast<std::size_t>(c.streams)),
         mr(pd, bytes, cv::access::local_write | cv::access::remote_write | cv::access::remote_read) {
     cv::connect_pair(a, b);
+  }
+  static cv::completion_queue_options cq_options(const config& c) {
+    cv::completion_queue_options o;
+    o.max_completions_per_turn = c.max_completions_per_turn;
+    return o;
   }
   static cv::queue_pair_options qp_options(const config& c) {
     cv::queue_pair_options o;
@@ -219,7 +233,7 @@ int main(int argc, char** argv) {
     }
     const double busy = std::max(p99[1], p99[2]);
     if (c.json) {
-      std::printf("{\"device\": \"%s\", \"duration_ms\": %d, \"size\": %zu, \"streams\": %d", p.dev.name().c_str(),
+      std::printf("{\"device\": \"%s\", \"max_completions_per_turn\": %u, \"duration_ms\": %d, \"size\": %zu, \"streams\": %d", p.dev.name().c_str(), c.max_completions_per_turn,
                   c.duration_ms, c.size, c.streams);
       for (int m = 0; m < 3; ++m)
         std::printf(",\n \"timer_lateness_p50_ms_%s\": %.3f, \"timer_lateness_p99_ms_%s\": %.3f, "
