@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <future>
 #include <optional>
 #include <vector>
@@ -34,7 +35,15 @@ struct test_buffer {
   }
 };
 
-/// An io_context with watchdog'd run helpers: nothing in a test may hang.
+/// A test's time limit scaled by COVERBS_TIMEOUT_SCALE (a whole number, default 1): the one knob that
+/// also scales meson's and the guest's limits, for a slow host or a sanitizer build.
+inline std::chrono::seconds scaled(std::chrono::seconds limit) {
+  const char* s = std::getenv("COVERBS_TIMEOUT_SCALE");
+  const long k = s ? std::strtol(s, nullptr, 10) : 1;
+  return limit * (k >= 1 && k <= 999 ? k : 1);
+}
+
+/// An io_context with watchdog'd run helpers: nothing in a test may hang. Limits are scaled().
 struct event_loop {
   boost::asio::io_context io;
 
@@ -43,7 +52,7 @@ struct event_loop {
   auto run(F&& coro, std::chrono::seconds limit = std::chrono::seconds(30)) {
     auto fut = boost::asio::co_spawn(io, std::forward<F>(coro)(), boost::asio::use_future);
     io.restart();
-    const auto deadline = std::chrono::steady_clock::now() + limit;
+    const auto deadline = std::chrono::steady_clock::now() + scaled(limit);
     while (fut.wait_for(std::chrono::seconds(0)) != std::future_status::ready &&
            std::chrono::steady_clock::now() < deadline) {
       io.restart();
@@ -57,7 +66,7 @@ struct event_loop {
   template <class Pred>
   bool run_until(Pred done, std::chrono::seconds limit = std::chrono::seconds(30)) {
     io.restart();
-    const auto deadline = std::chrono::steady_clock::now() + limit;
+    const auto deadline = std::chrono::steady_clock::now() + scaled(limit);
     while (!done() && std::chrono::steady_clock::now() < deadline) {
       io.restart();
       io.run_for(std::chrono::milliseconds(20));
