@@ -1,9 +1,11 @@
 // memory_pool_server: the storage scenario — one large memory region over a memory pool, a type-2 memory
 // window per client and right, compaction that revokes every key, and clients that recover from it.
 //
-//   memory_pool_server --listen ADDR PORT [--pool-size BYTES] [--slot-size BYTES] [--json]
+//   memory_pool_server --listen ADDR PORT [--pool-size BYTES] [--slot-size BYTES] [--tenants-per-connection N]
+//                      [--hold-seconds S] [--json]
 //   memory_pool_server --connect ADDR PORT [--clients N] [--ops N] [--size BYTES] [--after-compaction] [--json]
-//   memory_pool_server --connect ADDR PORT --admin compact [--waiting N] | --admin shutdown
+//   memory_pool_server --connect ADDR PORT --admin compact [--waiting N] | --admin status | --admin shutdown
+//   memory_pool_server --connect ADDR PORT --grab N
 //
 // Server: registers the pool (one memory region with local_write | remote_read | remote_write | mw_bind)
 // and listens through rdma_cm. The pool is two halves of slots; each client ("tenant", named by a 64-bit
@@ -13,6 +15,17 @@
 // Compaction revokes every window (each key is dead when its revocation completes), copies the live
 // slots, packed, into the other half, flips halves and binds fresh windows for every healthy connection.
 //
+// A tenant belongs to the connection that asked for it; one connection may hold at most
+// --tenants-per-connection of them (default 1; past it get_keys is refused with `tenant_limit`). When a
+// connection ends — bye-less disconnect, a queue-pair error, a peer killed (its kernel disconnects its
+// rdma_cm id: RDMA_CM_EVENT_DISCONNECTED flushes the server's posted receive) — the server notices at once,
+// even while that connection waits for a compaction, revokes its windows, and releases its tenants: each
+// slot is held --hold-seconds (default 30) for a reconnect presenting the same id (how a client recovers
+// from a revoked key, below), then freed; a new tenant that finds no free slot takes the one held longest
+// at once. A connection that presents an id another live connection holds takes the tenant over (the id,
+// 64 random bits, is the client's credential); the other connection's windows are revoked first. (A peer
+// whose host vanishes without a disconnect is noticed only when the server next sends to it: no keepalive.)
+//
 // Client: each session connects, asks for its keys, writes --ops blocks of --size bytes through the write
 // window and reads each back through the read window, comparing the bytes. With --after-compaction it
 // then waits for the next compaction (saying so on stderr; it gives up after --timeout) and carries on
@@ -21,7 +34,9 @@
 // state. It recovers by asking again: it reconnects, gets fresh keys, reads back what it wrote before the
 // compaction (now in the other half) and writes and verifies once more. An admin connection (any client
 // may send the same control messages) starts a compaction — once N sessions wait for one; the server
-// refuses an N above its slot count at once — or shuts the server down.
+// refuses an N above its slot count at once —, asks for the slots free and held, or shuts the server down.
+// --grab N asks keys for N fresh ids on one connection, prints how many it got and holds them (until a
+// compaction, --timeout, or being killed): a check of --tenants-per-connection.
 //
 // Control messages are `message`s sent with IBV_WR_SEND over the same connection; the data moves with
 // RDMA write and read only. Every process prints its statistics at the end (one JSON line with --json).
@@ -41,6 +56,7 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/channel.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -56,6 +72,7 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -91,7 +108,8 @@ enum class command : std::uint32_t {
   wait_compaction,  ///< client → server: reply when the next compaction is done
   compact,          ///< admin → server: compact once `count` sessions wait for it
   shutdown,         ///< admin → server: stop accepting, end every session, print statistics, exit
-  bye,              ///< client → server: I am done; free my slot
+  bye,              ///< client → server: I am done; free my slot (a tenant of this connection)
+  status,           ///< admin → server: slots per half, free, held for a reconnect
   hello = 0x80,     ///< server → client, first on a connection: the server's receive is posted, go ahead
   reply = 0x100,    ///< server → client, to any of the above
 };
@@ -105,7 +123,11 @@ enum class refusal : std::int32_t {
   no_compaction,
   shutting_down,
   grant_failed,
-  too_many_waiting  ///< compact: more sessions to wait for than the pool has slots (`count`: the slots)
+  too_many_waiting,   ///< compact: more sessions to wait for than the pool has slots (`count`: the slots)
+  tenant_limit,       ///< get_keys: this connection holds --tenants-per-connection tenants (`count`: that)
+  tenant_taken_over,  ///< get_keys: another connection presented the same id meanwhile and took it
+  not_your_tenant,    ///< bye: no tenant of this id belongs to this connection
+  connection_ended    ///< the connection ended while the request waited (never delivered)
 };
 
 const char* to_string(refusal r) {
@@ -118,6 +140,12 @@ const char* to_string(refusal r) {
   case refusal::shutting_down: return "the server is shutting down";
   case refusal::grant_failed: return "binding a window failed (see the server's output)";
   case refusal::too_many_waiting: return "more sessions to wait for than the pool has slots";
+  case refusal::tenant_limit:
+    return "this connection already holds as many tenants as the server allows one connection (its "
+           "--tenants-per-connection): say bye for one, or use another connection";
+  case refusal::tenant_taken_over: return "another connection presented this tenant's id and took it over";
+  case refusal::not_your_tenant: return "no tenant of this id belongs to this connection";
+  case refusal::connection_ended: return "the connection ended";
   }
   return "unknown refusal";
 }
@@ -138,6 +166,8 @@ struct message {
   std::uint64_t granted = 0;      ///< reply to compact: windows bound afresh
   std::uint64_t moved_bytes = 0;  ///< reply to compact: bytes copied to the other half
   std::uint64_t took_us = 0;      ///< reply to compact: revoke + copy + re-grant, microseconds
+  std::uint32_t free_slots = 0;   ///< reply to status: slots of the current half no tenant holds
+  std::uint32_t held_slots = 0;   ///< reply to status: slots held for a reconnect (their connection ended)
 };
 
 /// Keeps one receive posted ahead of the message it is for, so a peer's send never meets an empty receive
@@ -154,9 +184,13 @@ public:
   using channel = asio::experimental::channel<void(cv::error_code, cv::received)>;
   explicit receiver(const asio::any_io_executor& ex) : channel_(std::make_shared<channel>(ex, 1)) {}
 
-  /// Posts a receive of at most `into.size()` bytes.
-  void post(cv::queue_pair& qp, cv::registered_span into) {
-    qp.async_recv(into, [ch = channel_](cv::error_code ec, cv::received r) { ch->try_send(ec, r); });
+  /// Posts a receive of at most `into.size()` bytes; when it fails (the connection ended), `on_error` runs
+  /// first, from the completion, whether or not anyone awaits `next()`.
+  void post(cv::queue_pair& qp, cv::registered_span into, std::function<void()> on_error = {}) {
+    qp.async_recv(into, [ch = channel_, on_error = std::move(on_error)](cv::error_code ec, cv::received r) {
+      if (ec && on_error) on_error();
+      ch->try_send(ec, r);
+    });
   }
   /// The result of the receive posted last: {error, received}.
   awaitable<std::tuple<cv::error_code, cv::received>> next() { return channel_->async_receive(tuple); }
@@ -269,15 +303,12 @@ cv::queue_pair_options small_queue_pair() {
 struct server_config {
   std::string address = "10.77.0.1";
   std::uint16_t port = 7471;
-  std::size_t pool_size = 64u << 20;  ///< bytes, both halves
-  std::size_t slot_size = 1u << 20;   ///< bytes per tenant
-  std::string ready_file;             ///< written with the port once listening
+  std::size_t pool_size = 64u << 20;       ///< bytes, both halves
+  std::size_t slot_size = 1u << 20;        ///< bytes per tenant
+  std::size_t tenants_per_connection = 1;  ///< tenants one connection may hold
+  std::chrono::seconds hold{30};  ///< how long a released tenant's slot waits for a reconnect; 0: freed at once
+  std::string ready_file;         ///< written with the port once listening
   bool json = false;
-};
-
-/// A client's storage: `slot_size` bytes at `offset` in the pool (in the current half).
-struct tenant {
-  std::size_t offset = 0;
 };
 
 /// One accepted connection. Destruction order matters: the leases are dead (revoked and awaited) before
@@ -300,8 +331,25 @@ struct session {
   asio::steady_timer wake;      ///< what a waiting session sleeps on; cancelled by a compaction
   receiver in;
 
+  std::vector<std::uint64_t> owned;  ///< the tenants this connection holds (at most --tenants-per-connection)
+  bool ended = false;                ///< its receive failed: the peer is gone or the queue pair broke
+
   cv::registered_span inbox() const { return cv::span_of(mr, 0, message_bytes); }
   cv::registered_span outbox() const { return cv::span_of(mr, message_bytes, message_bytes); }
+  /// The connection is over (from its receive's completion): a wait for a compaction ends now.
+  void end() {
+    ended = true;
+    wake.cancel();
+  }
+};
+
+/// A client's storage: `slot_size` bytes at `offset` in the pool (in the current half), and whose it is.
+struct tenant {
+  std::size_t offset = 0;
+  /// The connection it belongs to; null once that one ended without a bye: the slot is then held for a
+  /// reconnect with the same id until `held_until`.
+  const session* owner = nullptr;
+  clock_type::time_point held_until{};
 };
 
 class pool_server {
@@ -309,7 +357,7 @@ public:
   pool_server(asio::io_context& io, const server_config& config)
       : io_(io), config_(config), listener_(io.get_executor(), config.address, config.port, listener_options()),
         pd_(example::listening_device(listener_, config.address)), pool_memory_(config.pool_size),
-        slots_per_half_(config.pool_size / 2 / config.slot_size), slot_used_(slots_per_half_, false) {}
+        slots_per_half_(config.pool_size / 2 / config.slot_size), slot_used_(slots_per_half_, false), sweep_(io) {}
 
   /// Registers the pool, listens and serves until `stop()`; returns once every session has ended.
   awaitable<void> run();
@@ -329,9 +377,15 @@ private:
   awaitable<message> get_keys(session& s, std::uint64_t tenant_id);
   awaitable<message> compact(std::uint32_t waiters);
   awaitable<message> wait_compaction(session& s);
-  awaitable<void> leave(std::uint64_t tenant_id);
+  awaitable<message> leave(session& s, std::uint64_t tenant_id);
+  message status() const;
   awaitable<cv::error_code> grant(session& s);
   awaitable<void> revoke(session& s, std::uint64_t& counter);
+  awaitable<void> take_over(session& s, std::uint64_t tenant_id);
+  std::optional<std::size_t> take_slot();
+  std::map<std::uint64_t, tenant>::iterator free_tenant(std::map<std::uint64_t, tenant>::iterator t);
+  void release(session& s);
+  awaitable<void> expire_held();
 
   asio::io_context& io_;
   server_config config_;
@@ -351,11 +405,14 @@ private:
   std::size_t waiting_ = 0;      ///< sessions parked in wait_compaction
   std::size_t revocations_ = 0;  ///< revocations in flight (`revoke`)
   asio::cancellation_signal stop_accept_;
+  asio::steady_timer sweep_;  ///< wakes `expire_held` at the next hold's end (cancelled to re-arm it)
 
   // statistics
   std::uint64_t connections_ = 0, accept_errors_ = 0, sessions_ended_ = 0, requests_ = 0, control_bytes_ = 0;
   std::uint64_t windows_granted_ = 0, windows_revoked_ = 0, revoked_by_compaction_ = 0, grant_failures_ = 0;
   std::uint64_t bytes_exposed_ = 0, compactions_ = 0, moved_bytes_ = 0, tenants_seen_ = 0;
+  std::uint64_t tenants_released_ = 0, tenants_reclaimed_ = 0, tenants_expired_ = 0, tenants_evicted_ = 0;
+  std::uint64_t tenants_taken_over_ = 0, tenant_limit_refusals_ = 0;
   double registration_us_ = 0;
   samples bind_us_, compaction_us_;
   std::map<std::string, std::uint64_t> end_causes_;
@@ -382,6 +439,7 @@ awaitable<void> pool_server::run() {
                "memory_pool_server: listening on %s:%u (%s), pool %zu MiB in 2 halves of %zu slots of %zu KiB\n",
                config_.address.c_str(), listener_.local_port(), listener_.get_device().name().c_str(),
                config_.pool_size >> 20, slots_per_half_, config_.slot_size >> 10);
+  asio::co_spawn(io_, expire_held(), asio::detached);  // ends with stop()
 
   while (!stopping_) {
     auto s = std::make_shared<session>(io_, listener_.get_device());
@@ -415,6 +473,7 @@ void pool_server::stop() {
   if (stopping_) return;
   stopping_ = true;
   stop_accept_.emit(asio::cancellation_type::terminal);
+  sweep_.cancel();
   for (const auto& s : sessions_) {
     s->wake.cancel();
     if (s->conn.connected()) s->conn.async_disconnect([s](cv::error_code) {});  // flushes its receive
@@ -422,7 +481,13 @@ void pool_server::stop() {
 }
 
 awaitable<void> pool_server::serve(std::shared_ptr<session> s) {
-  s->in.post(s->conn.qp(), s->inbox());
+  // Each receive's failure ends the session at once, whatever request it is busy with.
+  const auto post_receive = [&s] {
+    s->in.post(s->conn.qp(), s->inbox(), [w = std::weak_ptr<session>(s)] {
+      if (const auto live = w.lock()) live->end();
+    });
+  };
+  post_receive();
   message hello{.op = command::hello, .count = static_cast<std::uint32_t>(slots_per_half_), .generation = generation_};
   std::memcpy(s->outbox().data(), &hello, message_bytes);
   auto [hello_ec, hello_bytes] = co_await s->conn.qp().async_send(s->outbox(), tuple);
@@ -432,7 +497,7 @@ awaitable<void> pool_server::serve(std::shared_ptr<session> s) {
     if (ec) break;  // the peer disconnected, or the queue pair went to the error state
     message request;
     std::memcpy(&request, s->inbox().data(), std::min<std::size_t>(r.bytes, message_bytes));
-    s->in.post(s->conn.qp(), s->inbox());  // ready for the next request before this one is answered
+    post_receive();  // ready for the next request before this one is answered
     ++requests_;
     control_bytes_ += r.bytes;
     message reply{.status = refusal::bad_request};
@@ -444,11 +509,14 @@ awaitable<void> pool_server::serve(std::shared_ptr<session> s) {
     control_bytes_ += n;
     if (request.op == command::shutdown && reply.status == refusal::none) stop();
   }
-  // The end: every key this connection carried dies before the connection goes.
+  // The end: every key this connection carried dies, then its tenants are released, before the
+  // connection goes.
+  s->end();
   ++sessions_ended_;
   const cv::error_code cause = s->conn.qp().error() ? s->conn.qp().error() : s->conn.error();
   ++end_causes_[cause ? cause.message() : "ended"];
   co_await revoke(*s, windows_revoked_);
+  release(*s);
   if (s->conn.connected()) co_await s->conn.async_disconnect(tuple);
   sessions_.remove(s);
 }
@@ -459,7 +527,8 @@ awaitable<message> pool_server::handle(session& s, const message& request) {
   case command::wait_compaction: co_return co_await wait_compaction(s);
   case command::compact: co_return co_await compact(request.count);
   case command::shutdown: co_return message{.generation = generation_};
-  case command::bye: co_await leave(request.tenant); co_return message{.generation = generation_};
+  case command::bye: co_return co_await leave(s, request.tenant);
+  case command::status: co_return status();
   default: co_return message{.status = refusal::bad_request};
   }
 }
@@ -504,16 +573,29 @@ awaitable<message> pool_server::get_keys(session& s, std::uint64_t tenant_id) {
   if (tenant_id == 0) co_return message{.status = refusal::bad_request};
   if (stopping_) co_return message{.status = refusal::shutting_down};
   for (;;) {
-    co_await wait_until([this] { return !compacting_; }, 60s);
-    if (!tenants_.count(tenant_id)) {
-      const auto free = std::find(slot_used_.begin(), slot_used_.end(), false);
-      if (free == slot_used_.end()) co_return message{.status = refusal::no_free_slot};
-      *free = true;
-      const std::size_t slot = static_cast<std::size_t>(free - slot_used_.begin());
-      tenants_[tenant_id] = tenant{(half_ * slots_per_half_ + slot) * config_.slot_size};
-      ++tenants_seen_;
+    co_await wait_until([&] { return !compacting_ || s.ended; }, 60s);
+    if (s.ended) co_return message{.status = refusal::connection_ended};
+    auto t = tenants_.find(tenant_id);
+    if (t == tenants_.end() || t->second.owner != &s) {
+      if (s.owned.size() >= config_.tenants_per_connection) {
+        ++tenant_limit_refusals_;
+        co_return message{.status = refusal::tenant_limit,
+                          .count = static_cast<std::uint32_t>(config_.tenants_per_connection)};
+      }
+      if (t == tenants_.end()) {
+        const std::optional<std::size_t> offset = take_slot();
+        if (!offset) co_return message{.status = refusal::no_free_slot};
+        t = tenants_.emplace(tenant_id, tenant{.offset = *offset}).first;
+        ++tenants_seen_;
+      } else {
+        ++(t->second.owner ? tenants_taken_over_ : tenants_reclaimed_);
+      }
+      t->second.owner = &s;
+      s.owned.push_back(tenant_id);
+      co_await take_over(s, tenant_id);
+      continue;  // the compaction may have begun meanwhile
     }
-    const std::size_t offset = tenants_.at(tenant_id).offset;
+    const std::size_t offset = t->second.offset;
     const bool current = s.tenant_id == tenant_id && s.write_lease.active() && s.read_lease.active() &&
                          s.write_lease.key().addr == reinterpret_cast<std::uint64_t>(pool_mr_.data() + offset);
     if (!current) {
@@ -522,23 +604,120 @@ awaitable<message> pool_server::get_keys(session& s, std::uint64_t tenant_id) {
       const cv::error_code ec = co_await grant(s);
       if (ec) co_return message{.status = refusal::grant_failed};
     }
-    // A compaction that began while the windows were being bound has moved the slot: bind again.
-    if (!compacting_ && tenants_.count(tenant_id) && tenants_.at(tenant_id).offset == offset) break;
+    // A compaction that began while the windows were being bound has moved the slot: bind again. A
+    // connection that presented the same id meanwhile has taken the tenant: give the windows up.
+    t = tenants_.find(tenant_id);
+    const bool ours = t != tenants_.end() && t->second.owner == &s;
+    if (!compacting_ && ours && t->second.offset == offset) break;
     co_await revoke(s, windows_revoked_);
+    if (!ours) {
+      if (s.tenant_id == tenant_id) s.tenant_id = 0;
+      co_return message{.status = refusal::tenant_taken_over};
+    }
   }
   co_return message{.generation = generation_, .write_key = s.write_lease.key(), .read_key = s.read_lease.key()};
 }
 
+/// The tenant now belongs to `s`: every other connection that held it forgets it, its windows revoked.
+awaitable<void> pool_server::take_over(session& s, std::uint64_t tenant_id) {
+  const std::vector<std::shared_ptr<session>> all(sessions_.begin(), sessions_.end());
+  for (const auto& other : all) {
+    if (other.get() == &s) continue;
+    std::erase(other->owned, tenant_id);
+    if (other->tenant_id != tenant_id) continue;
+    other->tenant_id = 0;
+    co_await revoke(*other, windows_revoked_);
+  }
+}
+
+/// A free slot of the current half, marked used; when none is free, the slot held longest for a reconnect
+/// (its tenant is freed). @returns its offset in the pool, or nothing when every slot has a live owner.
+std::optional<std::size_t> pool_server::take_slot() {
+  auto free = std::find(slot_used_.begin(), slot_used_.end(), false);
+  if (free == slot_used_.end()) {
+    auto oldest = tenants_.end();
+    for (auto t = tenants_.begin(); t != tenants_.end(); ++t)
+      if (!t->second.owner && (oldest == tenants_.end() || t->second.held_until < oldest->second.held_until))
+        oldest = t;
+    if (oldest == tenants_.end()) return std::nullopt;
+    free_tenant(oldest);
+    ++tenants_evicted_;
+    free = std::find(slot_used_.begin(), slot_used_.end(), false);
+  }
+  *free = true;
+  return (half_ * slots_per_half_ + static_cast<std::size_t>(free - slot_used_.begin())) * config_.slot_size;
+}
+
+/// Frees the tenant's slot and forgets it. @returns the next tenant.
+std::map<std::uint64_t, tenant>::iterator pool_server::free_tenant(std::map<std::uint64_t, tenant>::iterator t) {
+  const std::size_t slot = t->second.offset / config_.slot_size - half_ * slots_per_half_;
+  if (slot < slot_used_.size()) slot_used_[slot] = false;
+  return tenants_.erase(t);
+}
+
+/// The connection ended (its windows are revoked): its tenants are held --hold-seconds for a reconnect
+/// (or freed now with --hold-seconds 0).
+void pool_server::release(session& s) {
+  const auto until = clock_type::now() + config_.hold;
+  for (const std::uint64_t id : std::exchange(s.owned, {})) {
+    auto t = tenants_.find(id);
+    if (t == tenants_.end() || t->second.owner != &s) continue;
+    ++tenants_released_;
+    if (config_.hold.count() == 0) {
+      free_tenant(t);
+    } else {
+      t->second.owner = nullptr;
+      t->second.held_until = until;
+    }
+  }
+  s.tenant_id = 0;
+  sweep_.cancel();  // `expire_held` re-arms for the new holds
+}
+
+/// Frees every held slot whose time is up, then sleeps until the next one's (or a new hold); until stop().
+awaitable<void> pool_server::expire_held() {
+  while (!stopping_) {
+    const auto now = clock_type::now();
+    auto next = now + 1h;
+    for (auto t = tenants_.begin(); t != tenants_.end();) {
+      if (t->second.owner) {
+        ++t;
+      } else if (t->second.held_until <= now) {
+        t = free_tenant(t);
+        ++tenants_expired_;
+      } else {
+        next = std::min(next, t->second.held_until);
+        ++t;
+      }
+    }
+    sweep_.expires_at(next);
+    co_await sweep_.async_wait(tuple);
+  }
+}
+
+message pool_server::status() const {
+  message m{.count = static_cast<std::uint32_t>(slots_per_half_), .generation = generation_};
+  m.free_slots = static_cast<std::uint32_t>(std::count(slot_used_.begin(), slot_used_.end(), false));
+  m.held_slots = static_cast<std::uint32_t>(
+      std::count_if(tenants_.begin(), tenants_.end(), [](const auto& t) { return !t.second.owner; }));
+  return m;
+}
+
 awaitable<message> pool_server::wait_compaction(session& s) {
   const std::uint64_t before = generation_;
+  if (s.ended) co_return message{.status = refusal::connection_ended};
   s.waiting = true;
   ++waiting_;
   s.wake.expires_after(120s);
-  co_await s.wake.async_wait(tuple);  // cancelled by the compaction (or by stop)
+  co_await s.wake.async_wait(tuple);  // cancelled by the compaction, by stop, or by the connection's end
   s.waiting = false;
   --waiting_;
-  if (generation_ == before)
-    co_return message{.status = stopping_ ? refusal::shutting_down : refusal::no_compaction, .generation = generation_};
+  if (generation_ == before) {
+    const refusal why = s.ended     ? refusal::connection_ended
+                        : stopping_ ? refusal::shutting_down
+                                    : refusal::no_compaction;
+    co_return message{.status = why, .generation = generation_};
+  }
   co_return message{.generation = generation_};
 }
 
@@ -576,7 +755,9 @@ awaitable<message> pool_server::compact(std::uint32_t waiters) {
   // 3. Fresh keys for every connection that can still carry them.
   std::uint64_t granted = 0;
   for (const auto& s : all) {
-    if (!s->tenant_id || !tenants_.count(s->tenant_id) || !s->conn.connected() || s->conn.qp().error()) continue;
+    const auto t = tenants_.find(s->tenant_id);
+    if (t == tenants_.end() || t->second.owner != s.get() || s->ended || !s->conn.connected() || s->conn.qp().error())
+      continue;
     const cv::error_code ec = co_await grant(*s);
     if (!ec) granted += 2;
   }
@@ -596,21 +777,19 @@ awaitable<message> pool_server::compact(std::uint32_t waiters) {
                     .took_us = static_cast<std::uint64_t>(took)};
 }
 
-awaitable<void> pool_server::leave(std::uint64_t tenant_id) {
+awaitable<message> pool_server::leave(session& s, std::uint64_t tenant_id) {
   co_await wait_until([this] { return !compacting_; }, 60s);
-  auto it = tenants_.find(tenant_id);
-  if (it == tenants_.end()) co_return;
-  const std::vector<std::shared_ptr<session>> all(sessions_.begin(), sessions_.end());
-  for (const auto& s : all)
-    if (s->tenant_id == tenant_id) {
-      co_await revoke(*s, windows_revoked_);
-      s->tenant_id = 0;
-    }
-  it = tenants_.find(tenant_id);
-  if (it == tenants_.end()) co_return;
-  const std::size_t slot = it->second.offset / config_.slot_size - half_ * slots_per_half_;
-  if (slot < slot_used_.size()) slot_used_[slot] = false;
-  tenants_.erase(it);
+  auto t = tenants_.find(tenant_id);
+  if (t == tenants_.end() || t->second.owner != &s)
+    co_return message{.status = refusal::not_your_tenant, .generation = generation_};
+  if (s.tenant_id == tenant_id) {
+    s.tenant_id = 0;
+    co_await revoke(s, windows_revoked_);
+  }
+  t = tenants_.find(tenant_id);
+  if (t != tenants_.end() && t->second.owner == &s) free_tenant(t);
+  std::erase(s.owned, tenant_id);
+  co_return message{.generation = generation_};
 }
 
 void pool_server::report() const {
@@ -622,6 +801,13 @@ void pool_server::report() const {
         .num("accept_errors", accept_errors_)
         .num("sessions_ended", sessions_ended_)
         .num("tenants", tenants_seen_)
+        .num("tenants_per_connection", config_.tenants_per_connection)
+        .num("tenant_limit_refusals", tenant_limit_refusals_)
+        .num("tenants_released", tenants_released_)
+        .num("tenants_reclaimed", tenants_reclaimed_)
+        .num("tenants_taken_over", tenants_taken_over_)
+        .num("tenants_expired", tenants_expired_)
+        .num("tenants_evicted", tenants_evicted_)
         .num("requests", requests_)
         .num("control_bytes", control_bytes_)
         .num("pool_bytes", config_.pool_size)
@@ -653,6 +839,12 @@ void pool_server::report() const {
               connections_, tenants_seen_, sessions_ended_, accept_errors_);
   for (const auto& [cause, n] : end_causes_)
     std::printf("    ended %" PRIu64 " x: %s\n", n, cause.c_str());
+  std::printf("  tenants           : at most %zu per connection (%" PRIu64 " refused past it); %" PRIu64
+              " released by ended connections, held %lld s: %" PRIu64 " reclaimed by a reconnect, %" PRIu64
+              " expired, %" PRIu64 " evicted for a new tenant; %" PRIu64 " taken over\n",
+              config_.tenants_per_connection, tenant_limit_refusals_, tenants_released_,
+              static_cast<long long>(config_.hold.count()), tenants_reclaimed_, tenants_expired_, tenants_evicted_,
+              tenants_taken_over_);
   std::printf("  pool              : %zu bytes registered in %.1f us\n", config_.pool_size, registration_us_);
   std::printf("  windows           : %" PRIu64 " granted, %" PRIu64 " revoked (%" PRIu64 " by compaction), %" PRIu64
               " grant failures, %" PRIu64 " bytes exposed\n",
@@ -678,9 +870,10 @@ struct client_config {
   std::size_t ops = 16;
   std::size_t size = 4096;  ///< bytes per operation
   bool after_compaction = false;
-  std::string admin;  ///< "", "compact" or "shutdown"
+  std::string admin;  ///< "", "compact", "status" or "shutdown"
   std::uint32_t waiting = 0;
-  unsigned timeout = 80;  ///< seconds the whole process may take
+  std::uint32_t grab = 0;  ///< --grab N: fresh tenant ids to ask keys for on one connection
+  unsigned timeout = 80;   ///< seconds the whole process may take
   bool json = false;
 };
 
@@ -762,8 +955,9 @@ awaitable<void> close_link(link& l) {
   if (l.conn.connected()) co_await l.conn.async_disconnect(tuple);
 }
 
-/// Sends `request` and waits for the reply. @throws step_failed on a transport error or a refusal.
-awaitable<message> call(link& l, message request, client_stats& st) {
+/// Sends `request` and waits for the reply, granted or refused. @throws step_failed on a transport error
+/// or a malformed reply.
+awaitable<message> exchange(link& l, message request, client_stats& st) {
   std::memcpy(l.outbox().data(), &request, message_bytes);
   auto [ec, n] = co_await l.conn.qp().async_send(l.outbox(), tuple);
   if (ec) throw step_failed("send request: " + ec.message());
@@ -775,6 +969,12 @@ awaitable<message> call(link& l, message request, client_stats& st) {
   st.control_bytes += n + r.bytes;
   if (r.bytes != message_bytes || reply.magic != message::magic_value || reply.op != command::reply)
     throw step_failed("malformed reply");
+  co_return reply;
+}
+
+/// Sends `request` and waits for the reply. @throws step_failed on a transport error or a refusal.
+awaitable<message> call(link& l, message request, client_stats& st) {
+  const message reply = co_await exchange(l, request, st);
   if (reply.status == refusal::too_many_waiting)
     throw step_failed("server refused: waiting for " + std::to_string(request.count) +
                       " sessions, but the pool has only " + std::to_string(reply.count) + " slots");
@@ -944,7 +1144,9 @@ awaitable<bool> admin(const client_config& c, client_stats& st) {
   bool ok = false;
   try {
     l = co_await open_link(c, st);
-    const command op = c.admin == "compact" ? command::compact : command::shutdown;
+    const command op = c.admin == "compact"  ? command::compact
+                       : c.admin == "status" ? command::status
+                                             : command::shutdown;
     const auto t0 = clock_type::now();
     const message request{.op = op, .count = c.waiting};
     const message reply = co_await call(*l, request, st);
@@ -957,6 +1159,8 @@ awaitable<bool> admin(const client_config& c, client_stats& st) {
           .num("granted", reply.granted)
           .num("moved_bytes", reply.moved_bytes)
           .num("compaction_us", reply.took_us);
+    if (op == command::status)
+      j.num("slots", reply.count).num("free_slots", reply.free_slots).num("held_slots", reply.held_slots);
     j.real("request_us", us);
     const std::string line =
         c.json ? j.done()
@@ -964,6 +1168,9 @@ awaitable<bool> admin(const client_config& c, client_stats& st) {
             ? "compaction " + std::to_string(reply.generation) + ": revoked " + std::to_string(reply.revoked) +
                   " windows, copied " + std::to_string(reply.moved_bytes) + " bytes, granted " +
                   std::to_string(reply.granted) + " fresh windows in " + std::to_string(reply.took_us) + " us"
+        : op == command::status
+            ? std::to_string(reply.count) + " slots: " + std::to_string(reply.free_slots) + " free, " +
+                  std::to_string(reply.held_slots) + " held for a reconnect (their connection ended without bye)"
             : "server is shutting down";
     ok = true;
     std::printf("%s\n", line.c_str());
@@ -972,6 +1179,55 @@ awaitable<bool> admin(const client_config& c, client_stats& st) {
   }
   if (l) co_await close_link(*l);
   co_return ok;
+}
+
+/// A tenant id no one else picks: 64 random bits, never 0.
+std::uint64_t fresh_tenant_id(std::random_device& seed) {
+  return (static_cast<std::uint64_t>(seed()) << 32 | seed()) | 1;
+}
+
+/// --grab N: one connection asks keys for N fresh tenant ids, one after another, and prints how many the
+/// server granted and why it refused the rest (one line; JSON with --json); then it holds them, waiting for
+/// a compaction, until one comes or the connection ends. Sets `ok` once the line is out (so a process
+/// stopped while holding knows) when every refusal was the server's per-connection limit.
+awaitable<void> grab(const client_config& c, client_stats& st, bool& ok) {
+  std::unique_ptr<link> l;
+  try {
+    l = co_await open_link(c, st);
+    std::random_device seed;
+    std::uint64_t granted = 0, over_limit = 0;
+    std::map<std::string, std::uint64_t> other;
+    for (std::uint32_t i = 0; i < c.grab; ++i) {
+      const message reply =
+          co_await exchange(*l, message{.op = command::get_keys, .tenant = fresh_tenant_id(seed)}, st);
+      if (reply.status == refusal::none)
+        ++granted;
+      else if (reply.status == refusal::tenant_limit)
+        ++over_limit;
+      else
+        ++other[to_string(reply.status)];
+    }
+    std::vector<std::string> others;
+    for (const auto& [why, n] : other)
+      others.push_back(std::to_string(n) + " x " + why);
+    if (c.json) {
+      json_line j;
+      j.str("role", "grab").num("asked", c.grab).num("granted", granted).num("over_limit", over_limit);
+      std::printf("%s\n", j.list("other_refusals", others).done().c_str());
+    } else {
+      std::printf("grab: asked keys for %u tenant ids on one connection: %" PRIu64 " granted, %" PRIu64
+                  " refused over the server's --tenants-per-connection\n",
+                  c.grab, granted, over_limit);
+      for (const auto& o : others)
+        std::printf("  refused %s\n", o.c_str());
+    }
+    std::fflush(stdout);
+    ok = other.empty();
+    co_await exchange(*l, message{.op = command::wait_compaction}, st);  // holds them
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "memory_pool_server: grab: %s\n", e.what());
+  }
+  if (l) co_await close_link(*l);
 }
 
 void print_client(const client_config& c, const client_stats& st, double wall_us) {
@@ -1033,11 +1289,12 @@ void print_client(const client_config& c, const client_stats& st, double wall_us
 
 constexpr const char* usage_text =
     "usage: memory_pool_server --listen ADDR PORT [--pool-size BYTES] [--slot-size BYTES] [--ready-file FILE]\n"
-    "                          [--json]\n"
+    "                          [--tenants-per-connection N] [--hold-seconds S] [--json]\n"
     "       memory_pool_server --connect ADDR PORT [--clients N] [--ops N] [--size BYTES] [--after-compaction]\n"
     "                          [--timeout SECONDS] [--json]\n"
-    "       memory_pool_server --connect ADDR PORT --admin compact [--waiting N] | --admin shutdown\n"
-    "                          [--timeout SECONDS] [--json]\n"
+    "       memory_pool_server --connect ADDR PORT --admin compact [--waiting N] | --admin status\n"
+    "                          | --admin shutdown [--timeout SECONDS] [--json]\n"
+    "       memory_pool_server --connect ADDR PORT --grab N [--timeout SECONDS] [--json]\n"
     "\n"
     "A storage server over one registered memory pool: each client gets a type-2 memory window to\n"
     "write through and one to read through, over a slot of its own; a compaction revokes every\n"
@@ -1050,6 +1307,13 @@ constexpr const char* usage_text =
     "                       --ready-file); --listen PORT --address ADDR says the same\n"
     "  --pool-size BYTES    the registered pool, both halves (default 64M; K, M, G suffixes)\n"
     "  --slot-size BYTES    one tenant's storage (default 1M); slots: pool / 2 / slot (default 32)\n"
+    "  --tenants-per-connection N\n"
+    "                       tenants (slots) one connection may hold (default 1); asking keys for one\n"
+    "                       more id is refused ('tenant limit') until it says bye for one\n"
+    "  --hold-seconds S     when a connection ends without bye (disconnect, queue-pair error, client\n"
+    "                       killed), its windows are revoked at once and each of its slots is held S\n"
+    "                       seconds for a reconnect with the same tenant id, then freed (default 30;\n"
+    "                       0: freed at once); a new tenant finding no free slot takes a held one\n"
     "  --ready-file FILE    write the listening port to FILE once ready\n"
     "  Stops on SIGINT / SIGTERM or an admin shutdown, then prints its statistics.\n"
     "Client\n"
@@ -1066,7 +1330,11 @@ constexpr const char* usage_text =
     "Admin (any client may send these)\n"
     "  --admin compact      compact now, or once --waiting N sessions wait for a compaction (at most\n"
     "                       the pool's slots; the server waits 60 s for them)\n"
+    "  --admin status       the server's slots: free, and held for a reconnect\n"
     "  --admin shutdown     end every session; the server prints its statistics and exits\n"
+    "  --grab N             ask keys for N fresh tenant ids on one connection, print how many were\n"
+    "                       granted, hold them until a compaction or --timeout (a check of the\n"
+    "                       server's --tenants-per-connection; exit 0 when it alone refused)\n"
     "Both\n"
     "  --json               print the statistics as one JSON line\n"
     "\n"
@@ -1133,8 +1401,13 @@ int run_client(const client_config& config) {
   // The time limit: past it, the process says why and leaves at once (its coroutines still hold connections,
   // which must not be unwound with the io_context).
   asio::steady_timer limit(io, std::chrono::seconds(config.timeout));
+  bool grabbed = false;  // --grab: what it got is out and held what the server allows
   limit.async_wait([&](cv::error_code ec) {
     if (ec) return;
+    if (config.grab) {  // it held them for --timeout, as asked
+      std::fflush(nullptr);
+      std::_Exit(grabbed ? 0 : 1);
+    }
     const std::string why = timeout_reason(config);
     if (!config.admin.empty()) {
       print_admin_failure(config, why);
@@ -1155,11 +1428,15 @@ int run_client(const client_config& config) {
     io.run();
     return ok ? 0 : 1;
   }
+  if (config.grab) {
+    asio::co_spawn(io, grab(config, st, grabbed), [&](std::exception_ptr) { limit.cancel(); });
+    io.run();
+    return grabbed ? 0 : 1;
+  }
   std::random_device seed;
   int running = config.clients;
   for (int i = 0; i < config.clients; ++i) {
-    const std::uint64_t tenant_id = (static_cast<std::uint64_t>(seed()) << 32 | seed()) | 1;  // never 0
-    asio::co_spawn(io, client_session(config, tenant_id, i, st), [&](std::exception_ptr e) {
+    asio::co_spawn(io, client_session(config, fresh_tenant_id(seed), i, st), [&](std::exception_ptr e) {
       if (e) st.unexpected.push_back("a session ended with an exception");
       if (--running == 0) limit.cancel();
     });
@@ -1183,10 +1460,15 @@ int main(int argc, char** argv) {
   std::string address = server.address;
   bool address_given = false, address_option = false;
   std::uint64_t port = 0, pool_size = server.pool_size, slot_size = server.slot_size, clients = client.clients,
-                ops = client.ops, size = client.size, waiting = 0, timeout = client.timeout;
+                ops = client.ops, size = client.size, waiting = 0, timeout = client.timeout,
+                per_connection = server.tenants_per_connection, hold = static_cast<std::uint64_t>(server.hold.count()),
+                grab = 0;
   const example::numeric_option numeric[] = {
       {"--pool-size", &pool_size, 4096, 64ull << 30, in_listen, true},
       {"--slot-size", &slot_size, 64, 1ull << 30, in_listen, true},
+      {"--tenants-per-connection", &per_connection, 1, 4096, in_listen},
+      {"--hold-seconds", &hold, 0, 3600, in_listen},
+      {"--grab", &grab, 1, 4096, in_connect},
       {"--clients", &clients, 1, 64, in_connect},
       {"--ops", &ops, 1, 1u << 20, in_connect},
       {"--size", &size, 1, 1ull << 30, in_connect, true},
@@ -1224,8 +1506,9 @@ int main(int argc, char** argv) {
       address_option = address_option || a == "--address";
       given.emplace_back(a, in_listen);
     } else if (a == "--admin") {
-      if (!value || (std::strcmp(value, "compact") && std::strcmp(value, "shutdown")))
-        return bad("--admin takes 'compact' or 'shutdown'" + (value ? " (got '" + std::string(value) + "')" : ""));
+      if (!value || (std::strcmp(value, "compact") && std::strcmp(value, "status") && std::strcmp(value, "shutdown")))
+        return bad("--admin takes 'compact', 'status' or 'shutdown'" +
+                   (value ? " (got '" + std::string(value) + "')" : ""));
       client.admin = argv[++i];
       given.emplace_back(a, in_connect);
     } else if (a == "--after-compaction") {
@@ -1247,6 +1530,8 @@ int main(int argc, char** argv) {
                std::to_string(slot_size) + " bytes), one per half: raise --pool-size or lower --slot-size");
   if (!client.admin.empty() && client.after_compaction) return bad("--admin does not mix with --after-compaction");
   if (waiting && client.admin != "compact") return bad("--waiting goes with --admin compact");
+  if (grab && (!client.admin.empty() || client.after_compaction))
+    return bad("--grab does not mix with --admin or --after-compaction");
   if (*mode == role::listen)
     if (const auto why = example::check_fits("the pool", pool_size, "--pool-size", pool_size)) {
       std::fprintf(stderr, "%s: %s\n", prog.c_str(), why->c_str());
@@ -1257,6 +1542,8 @@ int main(int argc, char** argv) {
     server.port = static_cast<std::uint16_t>(port);
     server.pool_size = pool_size;
     server.slot_size = slot_size;
+    server.tenants_per_connection = per_connection;
+    server.hold = std::chrono::seconds(hold);
     return run_server(server);
   }
   client.host = address;
@@ -1266,5 +1553,6 @@ int main(int argc, char** argv) {
   client.size = size;
   client.waiting = static_cast<std::uint32_t>(waiting);
   client.timeout = static_cast<unsigned>(timeout);
+  client.grab = static_cast<std::uint32_t>(grab);
   return run_client(client);
 }
