@@ -43,8 +43,12 @@ struct record {
   bool flushed = false;
   std::string failure;
   std::atomic<bool> done{false};
+  std::atomic<int> steps{0};  // how far the coroutine got: read while it runs, for a diagnosis
 
-  void here() { threads.push_back(std::this_thread::get_id()); }
+  void here() {
+    threads.push_back(std::this_thread::get_id());
+    steps.fetch_add(1, std::memory_order_relaxed);
+  }
   auto on_exit() {
     return [this](std::exception_ptr e) {
       if (e) {
@@ -85,7 +89,10 @@ awaitable<void> serve(cv::connection conn, record& rec) {
 awaitable<void> call(cv::loop_pool::member& m, std::uint16_t port, int id, record& rec) {
   rec.here();
   // Named, not temporaries in the co_await expression: GCC 12 destroys such temporaries twice.
-  const auto options = m.connection_options<cv::connect_options>();
+  auto options = m.connection_options<cv::connect_options>();
+  // Six connects at once, accepted one after another, on five threads over two virtual CPUs: a sanitizer
+  // build in the emulated guest can take longer than the defaults (10 s in all).
+  options.connect_timeout = test::scaled(std::chrono::seconds(10));
   const cv::loop_pool::executor_type ex = m.get_executor();
   cv::connection conn = co_await cv::async_connect(ex, address, port, options);
   rec.here();
@@ -139,21 +146,35 @@ TEST_CASE("a listener hands connections to pool members, whose threads run all t
     }
   };
   auto accepted = asio::co_spawn(loop.io, acceptor(), asio::use_future);
-  std::vector<std::future<void>> calls;
   for (int i = 0; i < n; ++i) {
     cv::loop_pool::member& m = clients.next();
     client_side[i].member = m.index();
-    calls.push_back(asio::co_spawn(m.get_executor(), call(m, l.local_port(), i, client_side[i]), asio::use_future));
+    asio::co_spawn(m.get_executor(), call(m, l.local_port(), i, client_side[i]), client_side[i].on_exit());
   }
   const auto ready = [](auto& f) { return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready; };
-  REQUIRE(loop.run_until(
+  // What each side had reached, should the exchange not finish in time.
+  const auto progress = [&] {
+    std::string s = "accepted " + std::to_string(loads_at_placement.size()) + " of " + std::to_string(n) + ";";
+    for (int i = 0; i < n; ++i)
+      s += " [" + std::to_string(i) + "] client steps " + std::to_string(client_side[i].steps.load()) +
+           (client_side[i].done.load() ? " (ended" + (client_side[i].failure.empty() ? "" : ": " + client_side[i].failure) + ")" : "") +
+           ", server steps " + std::to_string(server_side[i].steps.load()) +
+           (server_side[i].done.load() ? " (ended)" : "") + ";";
+    return s;
+  };
+  const bool finished = loop.run_until(
       [&] {
-        return ready(accepted) && std::all_of(calls.begin(), calls.end(), ready) &&
+        const auto done = [](auto& r) { return r.done.load(); };
+        if (std::any_of(client_side.begin(), client_side.end(), [&](auto& r) { return done(r) && !r.failure.empty(); }))
+          return true;  // a client failed: its server side will never be accepted
+        return ready(accepted) && std::all_of(client_side.begin(), client_side.end(), done) &&
                std::all_of(server_side.begin(), server_side.end(), [](auto& r) { return r.done.load(); });
       },
-      std::chrono::seconds(240)));
+      std::chrono::seconds(240));
+  INFO(progress());
+  REQUIRE(finished);
+  for (auto& r : client_side) REQUIRE(r.failure.empty());
   accepted.get();
-  for (auto& f : calls) f.get();  // rethrows what a client coroutine threw
 
   std::set<std::size_t> used;
   for (int i = 0; i < n; ++i) {
