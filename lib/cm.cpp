@@ -10,18 +10,22 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/system_executor.hpp>
+#include <boost/asio/execution/bad_executor.hpp>
 
 #include <rdma/rdma_cma.h>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <net/if.h>
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <deque>
 #include <optional>
+#include <tuple>
+#include <utility>
 
 namespace coverbs {
 namespace detail {
@@ -110,13 +114,19 @@ error_code parse_port(std::string_view s, std::uint16_t& port, bool allow_zero) 
   return {};
 }
 
-/// A numeric IPv4 or IPv6 address ("[v6]" too) and a port as a socket address.
+/// A numeric IPv4 or IPv6 address ("[v6]" too; "v6%interface" for a link-local one) and a port as a socket
+/// address.
 error_code parse_endpoint(std::string_view host, std::uint16_t port, sockaddr_storage& out) {
   std::string h(host);
   if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  std::string scope;
+  if (const auto at = h.find('%'); at != std::string::npos) {
+    scope = h.substr(at + 1);
+    h.resize(at);
+  }
   out = {};
   auto* v4 = reinterpret_cast<sockaddr_in*>(&out);
-  if (::inet_pton(AF_INET, h.c_str(), &v4->sin_addr) == 1) {
+  if (scope.empty() && ::inet_pton(AF_INET, h.c_str(), &v4->sin_addr) == 1) {
     v4->sin_family = AF_INET;
     v4->sin_port = htons(port);
     return {};
@@ -125,9 +135,30 @@ error_code parse_endpoint(std::string_view host, std::uint16_t port, sockaddr_st
   if (::inet_pton(AF_INET6, h.c_str(), &v6->sin6_addr) == 1) {
     v6->sin6_family = AF_INET6;
     v6->sin6_port = htons(port);
+    if (!scope.empty()) {  // an interface name, or its index
+      unsigned index = ::if_nametoindex(scope.c_str());
+      if (index == 0 && std::from_chars(scope.data(), scope.data() + scope.size(), index).ptr != scope.data() + scope.size())
+        index = 0;
+      if (index == 0) return errc::invalid_address;
+      v6->sin6_scope_id = index;
+    }
+    // rdma_bind_addr / rdma_resolve_addr answer a bare EINVAL for a link-local address without one.
+    if (IN6_IS_ADDR_LINKLOCAL(&v6->sin6_addr) && v6->sin6_scope_id == 0) return errc::link_local_needs_scope;
     return {};
   }
   return errc::invalid_address;
+}
+
+/// A loopback or wildcard address: rdma_cm reaches it only on devices that resolve it themselves (InfiniBand).
+bool loopback_or_wildcard(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET) {
+    const std::uint32_t v4 = ntohl(reinterpret_cast<const sockaddr_in&>(a).sin_addr.s_addr);
+    return v4 == INADDR_ANY || (v4 >> 24) == 127;
+  }
+  const in6_addr& v6 = reinterpret_cast<const sockaddr_in6&>(a).sin6_addr;
+  if (IN6_IS_ADDR_V4MAPPED(&v6))
+    return v6.s6_addr[12] == 127 || (v6.s6_addr[12] | v6.s6_addr[13] | v6.s6_addr[14] | v6.s6_addr[15]) == 0;
+  return IN6_IS_ADDR_LOOPBACK(&v6) || IN6_IS_ADDR_UNSPECIFIED(&v6);
 }
 
 std::string endpoint_string(const sockaddr* sa) {
@@ -192,6 +223,17 @@ struct pending_op {
   asio::any_io_executor io_ex;
   /// Where the connection is (to be) bound: async_connect's executor, or the accept's peer executor.
   asio::any_io_executor peer;
+
+  // A listener's handshake (no handler): one request being accepted, with the options of `owner`.
+  bool handshake = false;
+  /// The listener a handshake reports to when it ends.
+  std::weak_ptr<listener_impl> home;
+  /// The accept whose options made the queue pair; null once that accept completed and no other pending one
+  /// has the same options. Listener's executor only.
+  std::shared_ptr<pending_op> owner;
+  std::chrono::milliseconds establish_timeout{0};
+  /// Of an accept: its handshakes in progress. Listener's executor only.
+  std::size_t handshakes = 0;
 };
 
 namespace {
@@ -214,8 +256,10 @@ void deliver(Handler h, const asio::any_io_executor& io_ex, bool post, Args... a
     asio::dispatch(io_ex, std::move(f));
 }
 
-/// Completes `op` (once), on the handler's associated executor, else `op.io_ex`.
+/// Completes `op` (once), on the handler's associated executor, else `op.io_ex`. A failure's empty
+/// connection is bound to the executor the connection would have had.
 void complete(pending_op& op, error_code ec, connection c, bool post) {
+  if (!c) c = connection(op.peer);
   if (op.handler) deliver(std::move(op.handler), op.io_ex, post, ec, std::move(c));
 }
 
@@ -238,6 +282,9 @@ void install_cancellation(const std::shared_ptr<pending_op>& op) {
 }
 
 }  // namespace
+
+/// A handshake ended: established (`c` set) or failed (`ec`). Runs the listener's side on its executor.
+void report_handshake(std::shared_ptr<pending_op> h, error_code ec, std::shared_ptr<connection_impl> c);
 
 class connection_impl : public std::enable_shared_from_this<connection_impl>, public io_owner {
 public:
@@ -281,6 +328,8 @@ public:
   connection_options options_;
   std::chrono::milliseconds route_timeout_{2000};
   bool waiting_ = false, closed_ = false;
+  bool passive_ = false;       // accepted by a listener
+  bool loopback_dst_ = false;  // connecting to a loopback or wildcard address
 
   void wait() {
     if (waiting_ || closed_ || !channel_ || !channel_->fd) return;
@@ -306,8 +355,23 @@ public:
   void fail(error_code ec, bool post) {
     auto keep = shared_from_this();
     std::shared_ptr<pending_op> op = std::move(op_);
+    // Resolving a loopback or wildcard address fails in many ways (ENODEV, EINVAL, ADDR_ERROR): name the cause.
+    if (loopback_dst_ && id_ && ec != asio::error::operation_aborted &&
+        (phase_ == phase::idle || phase_ == phase::resolving_address || phase_ == phase::resolving_route))
+      ec = errc::loopback_address;
     close();
-    if (op) complete(*op, ec, connection{}, post);
+    if (!op) return;
+    if (op->handshake) return report_handshake(std::move(op), ec, nullptr);
+    complete(*op, ec, connection{}, post);
+  }
+
+  /// An rdma_* call on the cm_id (-1 and errno). While a listener accepts a request (passive, not yet
+  /// accepted), EINVAL means the request is no longer there to accept: rdma_cm drops the events of a request
+  /// not yet handed to the user, so a requester that gave up shows only as this.
+  void check_cm(long rc, const std::string& what) const {
+    error_code ec = verbs_errno_result(rc);
+    if (passive_ && phase_ == phase::idle && ec == std::errc::invalid_argument) ec = errc::request_abandoned;
+    throw_on_error(ec, what);
   }
 
   void on_readable(const error_code& ec) {
@@ -410,7 +474,7 @@ public:
     ibv_qp_attr attr{};
     int mask = 0;
     attr.qp_state = IBV_QPS_INIT;
-    throw_on_error(verbs_errno_result(rdma_init_qp_attr(id_, &attr, &mask)), "rdma_init_qp_attr(INIT)");
+    check_cm(rdma_init_qp_attr(id_, &attr, &mask), "rdma_init_qp_attr(INIT)");
     attr.qp_access_flags = static_cast<unsigned>(to_verbs(options_.qp.remote_access));
     qp_->modify(attr, mask | IBV_QP_ACCESS_FLAGS);
   }
@@ -420,7 +484,7 @@ public:
     ibv_qp_attr attr{};
     int mask = 0;
     attr.qp_state = IBV_QPS_RTR;
-    throw_on_error(verbs_errno_result(rdma_init_qp_attr(id_, &attr, &mask)), "rdma_init_qp_attr(RTR)");
+    check_cm(rdma_init_qp_attr(id_, &attr, &mask), "rdma_init_qp_attr(RTR)");
     if (responder_resources >= 0) attr.max_dest_rd_atomic = static_cast<std::uint8_t>(responder_resources);
     // rdma_cm leaves the RNR NAK timer at code 0 (655 ms): a send that arrives before its receive is posted
     // would wait that long for its retry. The queue pair's options say how long instead.
@@ -429,9 +493,14 @@ public:
     qp_->modify(attr, mask);
     attr = ibv_qp_attr{};
     attr.qp_state = IBV_QPS_RTS;
-    throw_on_error(verbs_errno_result(rdma_init_qp_attr(id_, &attr, &mask)), "rdma_init_qp_attr(RTS)");
+    check_cm(rdma_init_qp_attr(id_, &attr, &mask), "rdma_init_qp_attr(RTS)");
     if (initiator_depth >= 0) attr.max_rd_atomic = static_cast<std::uint8_t>(initiator_depth);
-    qp_->modify(attr, mask);
+    // rdma_cm gives each side the retry counts the peer sent (IB CM REQ/REP): the passive side's queue pair
+    // would retry as the requester asked, the active side's RNR retries as the listener asked. Each side's
+    // own options govern its own sends instead.
+    attr.retry_cnt = options_.retry_count;
+    attr.rnr_retry = options_.rnr_retry_count;
+    qp_->modify(attr, mask | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY);
   }
 
   rdma_conn_param conn_param(std::uint8_t responder_resources, std::uint8_t initiator_depth) const {
@@ -480,16 +549,19 @@ public:
     const auto initiator_depth = static_cast<std::uint8_t>(std::min({own_init, int{e.responder_resources}, 255}));
     to_rtr_rts(responder_resources, initiator_depth);
     rdma_conn_param p = conn_param(responder_resources, initiator_depth);
-    throw_on_error(verbs_errno_result(rdma_accept(id_, &p)), "rdma_accept");
+    check_cm(rdma_accept(id_, &p), "rdma_accept");
     phase_ = phase::accepting;
     wait();
+    start_timer(op_ ? op_->establish_timeout : std::chrono::milliseconds(0));  // a half-open peer is dropped then
   }
 
   void established() {
     phase_ = phase::established;
     if (timer_) timer_->cancel();
     std::shared_ptr<pending_op> op = std::move(op_);
-    if (op) complete(*op, {}, connection(shared_from_this()), false);
+    if (!op) return;
+    if (op->handshake) return report_handshake(std::move(op), {}, shared_from_this());
+    complete(*op, {}, connection(shared_from_this()), false);
   }
 
   void close() noexcept {
@@ -530,6 +602,7 @@ struct handed_request {
   void operator()() {
     auto conn = std::make_shared<connection_impl>(op->peer);
     conn->options_ = op->options;
+    conn->passive_ = true;
     conn->op_ = op;
     op->conn = conn;
     try {
@@ -540,29 +613,111 @@ struct handed_request {
   }
 };
 
+namespace {
+
+/// Whether a connection handshaken for accept `a` may complete accept `b`: same peer executor, resources and
+/// connection parameters (the lease aside).
+bool same_options(const pending_op& a, const pending_op& b) {
+  const connection_options& x = a.options;
+  const connection_options& y = b.options;
+  const auto qp = [](const queue_pair_options& q) {
+    return std::tie(q.max_send_wr, q.max_recv_wr, q.max_send_sge, q.max_recv_sge, q.max_inline_data, q.min_rnr_timer,
+                    q.remote_access);
+  };
+  return a.peer == b.peer && x.pd == y.pd && x.cq == y.cq && x.private_data == y.private_data &&
+         x.responder_resources == y.responder_resources && x.initiator_depth == y.initiator_depth &&
+         x.retry_count == y.retry_count && x.rnr_retry_count == y.rnr_retry_count && qp(x.qp) == qp(y.qp);
+}
+
+/// The requester gave up on the handshake (or never existed any more): not this side's failure.
+bool peer_gave_up(const error_code& ec) {
+  return ec == errc::request_abandoned || ec == errc::connection_refused || ec == errc::connection_failed ||
+         ec == errc::connection_unreachable || ec == errc::connection_reset;
+}
+
+/// Closes `c` on its own executor (its cm_id's destruction rejects or disconnects the peer).
+void drop(std::shared_ptr<connection_impl> c) {
+  if (!c) return;
+  const asio::any_io_executor ex = c->ex_;
+  asio::dispatch(ex, [c = std::move(c)] { c->close(); });
+}
+
+/// Ends handshake `h` on its connection's executor (after the request was handed there).
+void end_handshake(const std::shared_ptr<pending_op>& h) {
+  asio::dispatch(h->peer, [weak = std::weak_ptr<pending_op>(h)] {
+    auto h = weak.lock();
+    if (!h) return;
+    if (auto c = h->conn.lock(); c && c->op_ == h) c->fail(asio::error::operation_aborted, true);
+  });
+}
+
+}  // namespace
+
+/// A listening cm_id and its accepts. Requests are taken while an accept is pending, and each is handshaken
+/// on its own (`pending_op::handshake`), so a requester that never finishes holds nothing but its handshake;
+/// every handshake reports back here (`on_handshake`) and an established one completes an accept.
 class listener_impl : public std::enable_shared_from_this<listener_impl>, public io_owner {
 public:
   listener_impl(const asio::any_io_executor& ex, const listener_options& options) : ex_(ex), options_(options) {}
   ~listener_impl() { close(); }
 
-  /// The io_context is shutting down: the channel's descriptor object goes now, while the services exist.
+  /// The io_context is shutting down: the channel's descriptor and the timer go now, while the services exist.
   void on_context_shutdown() noexcept override {
     if (channel_) channel_->release_fd();
+    grace_timer_.reset();
   }
   /// Once the channel (and with it the descriptor) exists.
   void enroll_in_context() { enroll(asio::query(ex_, asio::execution::context)); }
+
+  /// How long a request waits in the backlog while every pending accept is mid-handshake before it is
+  /// handshaken alongside (a well-behaved requester finishes well within it; a half-open one never does).
+  static constexpr std::chrono::milliseconds grace{2000};
 
   asio::any_io_executor ex_;
   listener_options options_;
   std::unique_ptr<cm_channel> channel_;
   rdma_cm_id* id_ = nullptr;
   device device_;
-  std::deque<std::shared_ptr<pending_op>> accepts_;
+  std::deque<std::shared_ptr<pending_op>> accepts_;      // pending accepts, oldest first
+  std::vector<std::shared_ptr<pending_op>> handshakes_;  // in progress
+  /// Established connections no pending accept could take, with the handshake that made them.
+  std::deque<std::pair<std::shared_ptr<pending_op>, std::shared_ptr<connection_impl>>> ready_;
+  listener_stats stats_;
+  std::optional<asio::steady_timer> grace_timer_{std::in_place, ex_};  // reset only when the io_context shuts down
   bool waiting_ = false, closed_ = false;
+  bool grace_armed_ = false;
+  /// Every pending accept has been mid-handshake for `grace`: requests are taken alongside until one completes.
+  bool overdue_ = false;
 
-  /// Waits on the channel while an accept is pending; requests wait in the kernel's backlog otherwise.
+  std::size_t most_handshakes() const noexcept { return static_cast<std::size_t>(std::max(options_.backlog, 1)); }
+  bool free_accept() const noexcept {
+    return std::any_of(accepts_.begin(), accepts_.end(), [](const auto& a) { return a->handshakes == 0; });
+  }
+  /// Requests are taken while an accept is pending with no handshake in progress (or all have been busy for
+  /// `grace`) and fewer than `backlog` handshakes run; otherwise they wait in the kernel's backlog.
+  bool taking() const noexcept {
+    return !closed_ && !accepts_.empty() && handshakes_.size() < most_handshakes() && (overdue_ || free_accept());
+  }
+
+  /// Every pending accept is mid-handshake: after `grace` requests are taken alongside, so that peers which
+  /// never finish (half-open) hold the listener no longer than that.
+  void arm_grace() {
+    if (grace_armed_ || overdue_ || closed_ || accepts_.empty() || free_accept() || !grace_timer_) return;
+    grace_armed_ = true;
+    grace_timer_->expires_after(grace);
+    grace_timer_->async_wait([weak = weak_from_this()](const error_code& ec) {
+      auto self = weak.lock();
+      if (!self) return;
+      self->grace_armed_ = false;
+      if (ec || self->closed_ || self->accepts_.empty() || self->free_accept()) return self->wait();
+      self->overdue_ = true;
+      self->wait();
+    });
+  }
+
   void wait() {
-    if (waiting_ || closed_ || accepts_.empty() || !channel_ || !channel_->fd) return;
+    if (!taking()) return arm_grace();
+    if (waiting_ || !channel_ || !channel_->fd) return;
     waiting_ = true;
     channel_->fd->async_wait(asio::posix::stream_descriptor::wait_read,
                             [self = shared_from_this()](const error_code& ec) {
@@ -574,7 +729,7 @@ public:
   void on_readable(error_code ec) {
     if (closed_) return;
     cm_event e;
-    while (!ec && !closed_ && !accepts_.empty() && next_event(channel_->channel, e, ec)) {
+    while (!ec && taking() && next_event(channel_->channel, e, ec)) {
       if (e.type == RDMA_CM_EVENT_CONNECT_REQUEST)
         on_request(e);
       else if (e.type == RDMA_CM_EVENT_DEVICE_REMOVAL)
@@ -586,13 +741,13 @@ public:
   }
 
   /// On the listener's executor: moves the request's cm_id to a new event channel of its own (here, so
-  /// that nothing reads the listener's channel meanwhile: rdma_migrate_id(3)), then hands it to the
-  /// accept's peer executor, which creates the connection and accepts. Until then events for the cm_id
-  /// wait in the kernel on the new channel.
+  /// that nothing reads the listener's channel meanwhile: rdma_migrate_id(3)), then hands it, as a handshake
+  /// with the options of a pending accept, to that accept's peer executor, which creates the connection and
+  /// accepts. Until then events for the cm_id wait in the kernel on the new channel.
   void on_request(const cm_event& e) {
-    std::shared_ptr<pending_op> op = std::move(accepts_.front());
-    accepts_.pop_front();
-    op->listener.reset();
+    // The oldest accept without a handshake in progress, else the oldest.
+    const auto free = std::find_if(accepts_.begin(), accepts_.end(), [](const auto& a) { return a->handshakes == 0; });
+    const std::shared_ptr<pending_op> owner = free != accepts_.end() ? *free : accepts_.front();
     rdma_event_channel* raw = nullptr;
     try {
       raw = new_event_channel();
@@ -600,20 +755,116 @@ public:
     } catch (...) {
       rdma_destroy_id(e.id);  // not taken over: reject it here
       if (raw) rdma_destroy_event_channel(raw);
-      return complete(*op, current_error(), connection{}, false);
+      ++stats_.failed;
+      return finish(owner, current_error(), nullptr, false);
     }
-    handed_request job{op, e, raw};
-    if (op->peer == ex_)
+    auto h = std::make_shared<pending_op>();
+    h->handshake = true;
+    h->home = weak_from_this();
+    h->owner = owner;
+    h->options = owner->options;
+    h->peer = owner->peer;
+    h->io_ex = ex_;
+    h->establish_timeout = options_.establish_timeout;
+    ++owner->handshakes;
+    handshakes_.push_back(h);
+    handed_request job{h, e, raw};
+    if (h->peer == ex_)
       job();
     else
-      asio::post(op->peer, std::move(job));
+      asio::post(h->peer, std::move(job));
+  }
+
+  /// Handshake `h` ended: established (`c`) or failed (`ec`).
+  void on_handshake(const std::shared_ptr<pending_op>& h, error_code ec, std::shared_ptr<connection_impl> c) {
+    const auto it = std::find(handshakes_.begin(), handshakes_.end(), h);
+    if (it == handshakes_.end() || closed_) return drop(std::move(c));  // withdrawn
+    handshakes_.erase(it);
+    const std::shared_ptr<pending_op> owner = std::move(h->owner);
+    if (owner) --owner->handshakes;
+    if (c) {
+      if (auto target = take_accept_for(*h, owner)) {
+        finish(target, {}, std::move(c), false);
+      } else if (!h->options.pd && ready_.size() < most_handshakes()) {
+        ready_.emplace_back(h, std::move(c));  // its own pd and cq: it waits for the next accept like it
+      } else {
+        ++stats_.dropped;
+        drop(std::move(c));
+      }
+    } else if (ec == asio::error::timed_out) {
+      ++stats_.timed_out;
+    } else if (peer_gave_up(ec)) {
+      ++stats_.abandoned;
+    } else if (ec != asio::error::operation_aborted) {
+      ++stats_.failed;  // this side's failure (resources, options): the accept hears of it
+      if (owner && std::find(accepts_.begin(), accepts_.end(), owner) != accepts_.end())
+        finish(owner, ec, nullptr, false);
+    }
+    wait();
+  }
+
+  /// The accept an established handshake completes: its own if pending, else the oldest with the same options.
+  std::shared_ptr<pending_op> take_accept_for(const pending_op& h, const std::shared_ptr<pending_op>& owner) {
+    auto it = owner ? std::find(accepts_.begin(), accepts_.end(), owner) : accepts_.end();
+    if (it == accepts_.end())
+      it = std::find_if(accepts_.begin(), accepts_.end(), [&](const auto& a) { return same_options(h, *a); });
+    if (it == accepts_.end()) return nullptr;
+    std::shared_ptr<pending_op> op = *it;
+    accepts_.erase(it);
+    return op;
+  }
+
+  /// Completes accept `op` with `ec` / `c` (taking it out of `accepts_`). Its handshakes in progress go on
+  /// (`settle`): after a failure or cancellation at once (the user may destroy its pd/cq now), after a success
+  /// once the handler had its turn (an accept loop starts its next accept there).
+  void finish(std::shared_ptr<pending_op> op, error_code ec, std::shared_ptr<connection_impl> c, bool post) {
+    if (const auto it = std::find(accepts_.begin(), accepts_.end(), op); it != accepts_.end()) accepts_.erase(it);
+    op->listener.reset();
+    overdue_ = false;  // the next accept gets a grace of its own
+    if (grace_armed_ && grace_timer_) grace_timer_->cancel();  // its handler re-arms it from now
+    const bool orphans = op->handshakes != 0;
+    if (orphans) {
+      op->handshakes = 0;
+      for (const auto& h : handshakes_)
+        if (h->owner == op) h->owner.reset();
+      if (ec) settle();
+    }
+    if (c) ++stats_.accepted;
+    complete(*op, ec, c ? connection(std::move(c)) : connection{}, post);
+    if (orphans && !ec)
+      asio::post(ex_, [weak = weak_from_this()] {
+        if (auto self = weak.lock(); self && !self->closed_) self->settle();
+      });
+  }
+
+  /// Handshakes whose accept completed: each goes on for the oldest pending accept with the same options.
+  /// Without one, those on the user's pd/cq end now (the user may destroy them); the others go on and wait in
+  /// `ready_` once established.
+  void settle() {
+    std::vector<std::shared_ptr<pending_op>> ending;
+    for (auto it = handshakes_.begin(); it != handshakes_.end();) {
+      pending_op& h = **it;
+      if (!h.owner) {
+        const auto next = std::find_if(accepts_.begin(), accepts_.end(), [&](const auto& a) { return same_options(h, *a); });
+        if (next != accepts_.end()) {
+          h.owner = *next;
+          ++(*next)->handshakes;
+        } else if (h.options.pd) {
+          ending.push_back(*it);
+          it = handshakes_.erase(it);
+          ++stats_.dropped;
+          continue;
+        }
+      }
+      ++it;
+    }
+    for (const auto& h : ending) end_handshake(h);  // after the loop: this may report back inline
+    wait();
   }
 
   void cancel(const std::shared_ptr<pending_op>& op) {
-    auto it = std::find(accepts_.begin(), accepts_.end(), op);
-    if (it == accepts_.end()) return;
-    accepts_.erase(it);
-    complete(*op, asio::error::operation_aborted, connection{}, true);
+    if (std::find(accepts_.begin(), accepts_.end(), op) == accepts_.end()) return;
+    finish(op, asio::error::operation_aborted, nullptr, true);
     if (accepts_.empty() && waiting_ && channel_->fd) {
       error_code ignored;
       channel_->fd->cancel(ignored);
@@ -621,23 +872,31 @@ public:
   }
 
   void fail_all(error_code ec, bool post) {
-    while (!accepts_.empty()) {
-      std::shared_ptr<pending_op> op = std::move(accepts_.front());
-      accepts_.pop_front();
-      complete(*op, ec, connection{}, post);
-    }
+    while (!accepts_.empty()) finish(accepts_.front(), ec, nullptr, post);
   }
 
   void close() noexcept {
     if (closed_) return;
     closed_ = true;
     if (channel_) channel_->release_fd();
+    if (grace_timer_) grace_timer_->cancel();
     fail_all(asio::error::operation_aborted, true);
+    for (const auto& h : std::exchange(handshakes_, {})) end_handshake(h);
+    for (auto& r : std::exchange(ready_, {})) drop(std::move(r.second));
     if (id_) rdma_destroy_id(id_);
     id_ = nullptr;
     channel_.reset();
   }
 };
+
+void report_handshake(std::shared_ptr<pending_op> h, error_code ec, std::shared_ptr<connection_impl> c) {
+  auto l = h->home.lock();
+  if (!l) return drop(std::move(c));
+  const asio::any_io_executor ex = l->ex_;
+  asio::dispatch(ex, [l = std::move(l), h = std::move(h), ec, c = std::move(c)]() mutable {
+    l->on_handshake(h, ec, std::move(c));
+  });
+}
 
 namespace {
 /// Runs where the cancellation is emitted: the handler's executor, which for an accept is the
@@ -645,7 +904,7 @@ namespace {
 void cancel_op(const std::weak_ptr<pending_op>& weak) {
   auto op = weak.lock();
   if (!op) return;
-  if (auto l = op->listener.lock()) return l->cancel(op);  // still queued at the listener
+  if (auto l = op->listener.lock()) return l->cancel(op);  // an accept still pending at the listener
   asio::dispatch(op->peer, [weak] {
     auto op = weak.lock();
     if (!op) return;
@@ -672,6 +931,7 @@ void start_connect(const asio::any_io_executor& ex, std::string_view host, std::
   auto c = std::make_shared<connection_impl>(ex);
   c->options_ = options;
   c->route_timeout_ = options.resolve_route_timeout;
+  c->loopback_dst_ = loopback_or_wildcard(dst);
   c->op_ = op;
   op->conn = c;
   install_cancellation(op);
@@ -705,15 +965,28 @@ void start_accept(listener_impl& l, const asio::any_io_executor& peer, const con
     return complete(*op, errc::private_data_too_long, connection{}, true);
   if (options.cq && options.cq->get_executor() != peer) return complete(*op, errc::executor_mismatch, connection{}, true);
   op->options = options;
+  // An established connection made for an earlier accept with these options takes this one.
+  const auto ready = std::find_if(l.ready_.begin(), l.ready_.end(), [&](const auto& r) { return same_options(*r.first, *op); });
+  if (ready != l.ready_.end()) {
+    std::shared_ptr<connection_impl> c = std::move(ready->second);
+    l.ready_.erase(ready);
+    ++l.stats_.accepted;
+    return complete(*op, {}, connection(std::move(c)), true);
+  }
   op->listener = l.shared_from_this();
   install_cancellation(op);
   l.accepts_.push_back(op);
   l.wait();  // the wait's handler runs from the loop, never inside this function
 }
 
-void start_disconnect(connection_impl* c, disconnect_handler handler) {
+void start_disconnect(connection_impl* c, const asio::any_io_executor& ex, disconnect_handler handler) {
   auto fail_now = [&](const asio::any_io_executor& ex, error_code ec) { deliver(std::move(handler), ex, true, ec); };
-  if (!c || c->closed_) return fail_now(asio::system_executor(), errno_code(ENOTCONN));
+  if (!c || c->closed_) {
+    // An empty connection: its executor (a failed connect's or accept's), else the handler's own.
+    const asio::any_io_executor& where = c ? c->ex_ : ex;
+    if (!where) throw asio::execution::bad_executor();
+    return fail_now(where, errno_code(ENOTCONN));
+  }
   if (c->disconnect_) return fail_now(c->ex_, errno_code(EALREADY));
   if (c->phase_ != connection_impl::phase::established) return fail_now(c->ex_, {});
   if (!c->error_) c->error_ = errc::disconnected;
@@ -735,6 +1008,7 @@ connection& connection::operator=(connection&& other) noexcept {
   if (this != &other) {
     if (impl_) impl_->close();
     impl_ = std::move(other.impl_);
+    ex_ = std::move(other.ex_);
   }
   return *this;
 }
@@ -743,7 +1017,7 @@ connection::~connection() {
   if (impl_) impl_->close();
 }
 
-connection::executor_type connection::get_executor() const noexcept { return impl_->ex_; }
+connection::executor_type connection::get_executor() const noexcept { return impl_ ? impl_->ex_ : ex_; }
 queue_pair& connection::qp() const noexcept { return *impl_->qp_; }
 protection_domain& connection::pd() const noexcept { return *impl_->pd_; }
 completion_queue& connection::cq() const noexcept { return *impl_->cq_; }
@@ -797,5 +1071,12 @@ std::uint16_t listener::local_port() const noexcept {
 device& listener::get_device() const noexcept { return impl_->device_; }
 rdma_cm_id* listener::native_handle() const noexcept { return impl_ ? impl_->id_ : nullptr; }
 const connection_options& listener::options_connection() const noexcept { return impl_->options_.connection; }
+listener_stats listener::stats() const noexcept {
+  if (!impl_) return {};
+  listener_stats s = impl_->stats_;
+  s.handshakes = impl_->handshakes_.size();
+  s.ready = impl_->ready_.size();
+  return s;
+}
 
 }  // namespace coverbs

@@ -190,6 +190,17 @@ std::string coverbs_category_impl::message(int ev) const {
            "this connection (create them on connection::get_device() / listener::get_device())";
   case errc::private_data_too_long:
     return "connection private data too long (at most 56 bytes with a request, 196 with a reply)";
+  case errc::request_abandoned:
+    return "the connection request was abandoned by its requester before it was accepted (it waited in the "
+           "listener's backlog past the requester's connect timeout, or was withdrawn; rdma_cm answers EINVAL): "
+           "the listener skips it; keep an accept pending so requests are taken promptly";
+  case errc::loopback_address:
+    return "rdma_cm cannot reach a loopback or wildcard address (127.0.0.0/8, ::1, 0.0.0.0, ::) on this device: "
+           "RoCE and rxe route through the IP interface the RDMA device sits on, never through the loopback one; "
+           "connect to that interface's address (e.g. 10.77.0.1 for rxe0 on veth0), even on the same host";
+  case errc::link_local_needs_scope:
+    return "an IPv6 link-local address (fe80::/10) names no interface by itself: append the interface the RDMA "
+           "device sits on (e.g. fe80::1%veth0), or use a global or IPv4 address of that interface";
   case errc::port_error:
     return "the port went down (IBV_EVENT_PORT_ERR: link down or cable pulled), so the queue pair was moved to the "
            "error state and its operations flushed; connect again once the port is active";

@@ -10,6 +10,7 @@
 #include "example_support.hpp"
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <cstdio>
 #include <optional>
@@ -144,14 +145,19 @@ awaitable<void> serve(echo_server& s, cv::connection conn) {
   std::printf("  server: %s done, %zu messages, %zu bytes echoed\n", peer.c_str(), messages, bytes);
 }
 
-/// Accepts `limit` connections (0: forever), each served by its own coroutine.
+/// Accepts `limit` connections (0: forever), each served by its own coroutine. Only the listener's end stops
+/// it: what peers do never does (the listener skips requesters that give up or never finish the handshake,
+/// and a failure of this side, e.g. out of queue pairs, is retried after a pause).
 awaitable<void> accept_connections(echo_server& s, std::size_t limit, example::task_group& tasks) {
+  asio::steady_timer pause(s.listener.get_executor());
   while (limit == 0 || s.counters.accepted < limit) {
     auto [ec, conn] = co_await s.listener.async_accept(s.options, tuple);
     if (ec) {
       ++s.counters.failed_accepts;
       std::fprintf(stderr, "echo server: accept failed: %s\n", ec.message().c_str());
-      if (ec == asio::error::operation_aborted || s.counters.failed_accepts > 100) co_return;
+      if (ec == asio::error::operation_aborted || ec == asio::error::bad_descriptor) co_return;  // listener closed
+      pause.expires_after(std::chrono::milliseconds(100));
+      co_await pause.async_wait(tuple);
       continue;
     }
     ++s.counters.accepted;
@@ -273,6 +279,9 @@ void print_server(const echo_server& s) {
               s.counters.messages, s.counters.bytes);
   std::printf("  buffer pool      : %zu arenas, %zu bytes registered, %llu blocks handed out\n", p.arenas,
               p.bytes_registered, static_cast<unsigned long long>(p.allocations));
+  const cv::listener_stats l = s.listener.stats();
+  std::printf("  listener         : %llu requests abandoned by their requester, %llu half-open handshakes timed out\n",
+              static_cast<unsigned long long>(l.abandoned), static_cast<unsigned long long>(l.timed_out));
 }
 
 // --- roles ---

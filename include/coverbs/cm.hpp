@@ -46,7 +46,9 @@
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/system_executor.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <chrono>
@@ -56,6 +58,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 struct rdma_cm_id;
@@ -85,8 +88,19 @@ struct connection_options {
   /// RDMA reads / atomics this side accepts as responder and issues as initiator; 0: the device's
   /// maximum. The passive side caps both by what the peer asked for.
   std::uint8_t responder_resources = 0, initiator_depth = 0;
-  std::uint8_t retry_count = 7;      ///< transport retries (rdma_conn_param::retry_count, 0..7)
-  std::uint8_t rnr_retry_count = 7;  ///< receiver-not-ready retries (7: infinite)
+  /// Transport retries of this side's own sends, reads and atomics (0..7): how often its queue pair resends
+  /// a request the peer did not acknowledge before it fails with `wc_errc::retry_exc_err`. Set on this side's
+  /// queue pair (ibv_modify_qp to RTS, `retry_cnt`) whatever the peer asked for. Also sent in the request
+  /// (rdma_conn_param::retry_count), where rdma_cm applies it to the passive side's queue pair; a coverbs
+  /// listener overrides that with its own option.
+  std::uint8_t retry_count = 7;
+  /// Receiver-not-ready retries of this side's own sends (0..7, 7: infinite): how often its queue pair resends
+  /// a send that found no receive posted at the peer before it fails with `wc_errc::rnr_retry_exc_err`. Set on
+  /// this side's queue pair (ibv_modify_qp to RTS, `rnr_retry`). rdma_cm (IBA CM REQ/REP) would instead give
+  /// each queue pair the count the *peer* sent in rdma_conn_param::rnr_retry_count; coverbs overrides it, so
+  /// the peer's option never governs this side's sends. The value is still sent to the peer, so a peer that
+  /// leaves its queue pair to rdma_cm (plain librdmacm) retries its sends to us that often.
+  std::uint8_t rnr_retry_count = 7;
 };
 
 /// What `async_connect` does and how long each step may take.
@@ -101,8 +115,33 @@ struct connect_options : connection_options {
 
 /// How a listener is set up.
 struct listener_options {
-  int backlog = 64;               ///< connection requests the kernel queues while no accept is pending (rdma_listen(3))
+  /// Connection requests the kernel queues while no accept is pending (rdma_listen(3)); also the most
+  /// handshakes the listener runs at once (more requests wait in the kernel's queue until one ends).
+  int backlog = 64;
+  /// How long a handshake may take from the reply (rdma_accept, the IB CM REP) to the requester's
+  /// ready-to-use (RTU, RDMA_CM_EVENT_ESTABLISHED), in milliseconds; zero: no limit (rdma_cm's own REP
+  /// retries, 60-90 s). A requester that never finishes (a half-open peer) is dropped then: its cm_id is
+  /// destroyed, which rejects it. Half-open peers never hold an accept: see `listener::async_accept`.
+  std::chrono::milliseconds establish_timeout{5000};
   connection_options connection;  ///< used by `async_accept(token)`
+};
+
+/// What a listener did with the requests it took (`listener::stats()`).
+struct listener_stats {
+  std::uint64_t accepted = 0;   ///< accepts completed with a connection
+  /// Requests skipped because their requester gave up before the connection was established: it withdrew
+  /// the request (e.g. it sat in the backlog past the requester's timeout: `errc::request_abandoned`),
+  /// rejected the reply, or disconnected.
+  std::uint64_t abandoned = 0;
+  std::uint64_t timed_out = 0;  ///< handshakes dropped after `listener_options::establish_timeout` (half-open peers)
+  /// Handshakes that failed on this side (queue pair creation, a pd/cq on another device, ...); the accept
+  /// whose options they used completes with the error.
+  std::uint64_t failed = 0;
+  /// Handshakes and established connections closed because no pending accept could take them (their queue
+  /// pair was made for an accept with other resources, see `listener::async_accept`).
+  std::uint64_t dropped = 0;
+  std::size_t handshakes = 0;  ///< handshakes in progress now
+  std::size_t ready = 0;       ///< established connections waiting for the next accept
 };
 
 namespace detail {
@@ -114,7 +153,18 @@ void start_connect(const boost::asio::any_io_executor& ex, std::string_view host
                    const connect_options& options, connection_handler handler);
 void start_accept(listener_impl& l, const boost::asio::any_io_executor& peer, const connection_options& options,
                   connection_handler handler);
-void start_disconnect(connection_impl* c, disconnect_handler handler);
+void start_disconnect(connection_impl* c, const boost::asio::any_io_executor& ex, disconnect_handler handler);
+
+/// The handler's associated executor as an I/O executor; empty when it has none (a plain callback).
+template <class Handler>
+boost::asio::any_io_executor associated_io_executor(const Handler& h) {
+  using executor = boost::asio::associated_executor_t<Handler>;
+  if constexpr (std::is_same_v<executor, boost::asio::system_executor> ||
+                !std::is_convertible_v<executor, boost::asio::any_io_executor>)
+    return {};
+  else
+    return boost::asio::get_associated_executor(h);
+}
 }  // namespace detail
 
 /// An established RC connection: the cm_id and the queue pair on it. Move-only.
@@ -131,8 +181,11 @@ public:
   using executor_type = boost::asio::any_io_executor;
   using default_token = boost::asio::use_awaitable_t<executor_type>;
 
-  /// An empty connection (what a failed connect or accept completes with).
+  /// An empty connection, with no executor.
   connection() noexcept = default;
+  /// An empty connection bound to `ex` (what a failed connect or accept completes with: the executor the
+  /// connection would have been bound to).
+  explicit connection(executor_type ex) noexcept : ex_(std::move(ex)) {}
   connection(connection&&) noexcept = default;
   connection& operator=(connection&& other) noexcept;
   connection(const connection&) = delete;
@@ -140,8 +193,9 @@ public:
   ~connection();
 
   explicit operator bool() const noexcept { return impl_ != nullptr; }
-  /// The executor the connection's events are serviced on. This and the accessors below (up to
-  /// `peer_private_data`) need a non-empty connection.
+  /// The executor the connection's events are serviced on; for an empty connection the one it was bound
+  /// to (empty for a default-constructed one). The accessors below (up to `peer_private_data`) need a
+  /// non-empty connection.
   executor_type get_executor() const noexcept;
 
   /// The queue pair, in RTS once the connection is established.
@@ -167,20 +221,30 @@ public:
   /// complete with `wc_errc::wr_flush_err` — and completes once rdma_cm reports the connection closed
   /// (RDMA_CM_EVENT_DISCONNECTED: the peer answered, or its retries ran out). Disconnecting a
   /// connection the peer already closed completes with success at once (via post).
+  /// Every completion runs on the handler's associated executor, else the connection's (`get_executor()`,
+  /// which an empty connection from a failed connect or accept also has), never inside this call.
   /// @par Completion Signature `void(error_code)`
-  /// @par Errors errno of rdma_disconnect(3) other than EINVAL (EINVAL means it was not connected).
+  /// @par Errors errno of rdma_disconnect(3) other than EINVAL (EINVAL means it was not connected);
+  /// ENOTCONN on an empty connection.
+  /// @throws boost::asio::execution::bad_executor on a connection with no executor (default-constructed or
+  /// moved-from) when the handler has no associated executor either: there is no thread to complete on.
   /// @par Per-Operation Cancellation Not supported: the disconnect request cannot be recalled.
   /// @par Thread Safety Call from the connection's executor.
   template <class Token = default_token>
   auto async_disconnect(Token&& token = default_token{}) {
     return boost::asio::async_initiate<Token, void(error_code)>(
-        [impl = impl_.get()](auto handler) { detail::start_disconnect(impl, std::move(handler)); }, token);
+        [impl = impl_.get(), ex = impl_ ? executor_type() : ex_](auto handler) {
+          const executor_type where = ex ? ex : detail::associated_io_executor(handler);
+          detail::start_disconnect(impl, where, std::move(handler));
+        },
+        token);
   }
 
   /// Internal.
   explicit connection(std::shared_ptr<detail::connection_impl> impl) noexcept : impl_(std::move(impl)) {}
 
 private:
+  executor_type ex_;  // of an empty connection only
   std::shared_ptr<detail::connection_impl> impl_;
 };
 
@@ -193,9 +257,11 @@ public:
   using executor_type = boost::asio::any_io_executor;
   using default_token = boost::asio::use_awaitable_t<executor_type>;
 
-  /// Binds to `address` (numeric IPv4/IPv6; "" or "0.0.0.0": every RDMA device) and `port` (0: one is
-  /// picked, see `local_port()`), then listens (rdma_bind_addr(3), rdma_listen(3)).
-  /// @throws system_error `errc::invalid_address`, or the errno of rdma_create_event_channel /
+  /// Binds to `address` (numeric IPv4/IPv6; "" or "0.0.0.0": every RDMA device; an IPv6 link-local address
+  /// with its interface, "fe80::1%eth0") and `port` (0: one is picked, see `local_port()`), then listens
+  /// (rdma_bind_addr(3), rdma_listen(3)).
+  /// @throws system_error `errc::invalid_address`, `errc::link_local_needs_scope` (an IPv6 link-local
+  /// address without "%interface"), or the errno of rdma_create_event_channel /
   /// rdma_create_id / rdma_bind_addr (EADDRINUSE: port taken; EADDRNOTAVAIL / ENODEV: no RDMA device
   /// has that address) / rdma_listen.
   listener(const executor_type& ex, std::string_view address, std::uint16_t port = 0,
@@ -211,19 +277,39 @@ public:
   /// A non-owning view of the device the listener is bound to; empty when bound to every device.
   coverbs::device& get_device() const noexcept;
   rdma_cm_id* native_handle() const noexcept;
+  /// Counts of what the listener did with the requests it took. Call from the listener's executor.
+  listener_stats stats() const noexcept;
 
-  /// Waits for the next connection request (RDMA_CM_EVENT_CONNECT_REQUEST), creates the queue pair
-  /// per `options` on the requester's device, moves it to RTS, accepts (rdma_accept(3)) and completes
-  /// once the connection is established (RDMA_CM_EVENT_ESTABLISHED).
+  /// Completes with the next connection established on this listener: takes connection requests
+  /// (RDMA_CM_EVENT_CONNECT_REQUEST) while an accept is pending, creates each one's queue pair per
+  /// `options` on the requester's device, moves it to RTS, accepts (rdma_accept(3)), and completes once the
+  /// requester finished the handshake (RDMA_CM_EVENT_ESTABLISHED).
+  ///
+  /// Handshakes run side by side, so a requester that receives the reply and never finishes (a half-open
+  /// peer) holds no accept: it is rejected after `listener_options::establish_timeout`, and others are
+  /// accepted meanwhile. While every pending accept has a handshake in progress, requests wait in the
+  /// backlog; once that has lasted 2 s (a well-behaved requester finishes well within it, a half-open one
+  /// never does) they are taken and handshaken alongside, with the options of the oldest pending accept,
+  /// until an accept completes.
+  ///
+  /// The first of an accept's handshakes to finish completes it; a later one completes the oldest pending
+  /// accept with the same options (peer executor, pd, cq, private data, queue pair sizes, retry counts: e.g.
+  /// every accept with `listener_options::connection`, or a loop that passes the same options each time).
+  /// With none pending, an established connection with its own pd and cq waits for the next such accept
+  /// (at most `backlog` wait); handshakes and connections on the user's pd/cq are closed instead
+  /// (`listener_stats::dropped`: the requester sees a reject or a disconnect) — after a failed or cancelled
+  /// accept at once, after a successful one once its handler ran (so the next accept of a loop takes them).
+  ///
+  /// Requests whose requester gave up (it timed out while the request waited in the backlog:
+  /// `errc::request_abandoned`; it rejected the reply or disconnected) are skipped and counted in `stats()`;
+  /// they never complete an accept.
   /// @par Completion Signature `void(error_code, connection)`
   /// @par Errors `errc::device_mismatch` (options.pd/cq on another device), `errc::private_data_too_long`,
-  /// errno of ibv_create_qp / ibv_modify_qp / rdma_accept (the request is then rejected), and, when the
-  /// requester gives up before the connection is established, `errc::connection_refused`
-  /// (RDMA_CM_EVENT_REJECTED), `errc::connection_failed` (RDMA_CM_EVENT_CONNECT_ERROR),
-  /// `errc::connection_unreachable` (RDMA_CM_EVENT_UNREACHABLE) or `errc::connection_reset`. In every
-  /// case the listener keeps listening.
+  /// errno of ibv_create_qp / ibv_modify_qp / rdma_accept (the request is then rejected). In every case the
+  /// listener keeps listening. A failed accept's empty connection is bound to its peer executor.
   /// @par Per-Operation Cancellation terminal, partial, total: a pending accept completes with
-  /// `operation_aborted`; a request being accepted is rejected / its cm_id destroyed, nothing leaks.
+  /// `operation_aborted`; its handshakes go on for other accepts with the same options, or are rejected /
+  /// their cm_ids destroyed; nothing leaks.
   /// @par Thread Safety Call from the listener's executor.
   template <class Token = default_token>
   auto async_accept(const connection_options& options, Token&& token = default_token{}) {
@@ -258,11 +344,14 @@ private:
 /// (rdma_resolve_route(3)), creates the queue pair per `options` on the device rdma_cm chose, moves it
 /// to INIT, requests the connection (rdma_connect(3)), and on the reply moves it to RTR and RTS and
 /// completes the handshake (rdma_establish(3)).
-/// @param host numeric IPv4 or IPv6 address (no name lookup)
+/// @param host numeric IPv4 or IPv6 address (no name lookup); an IPv6 link-local one with its interface
+/// ("fe80::1%eth0"). Loopback and wildcard addresses (127.0.0.0/8, ::1, 0.0.0.0, ::) work only where the
+/// device resolves them (InfiniBand); on RoCE / rxe connect to the address of the RDMA device's interface.
 /// @param port decimal 1..65535
 /// @par Completion Signature `void(error_code, connection)`
-/// @par Errors `errc::invalid_address`, `errc::invalid_port_number`, `errc::private_data_too_long` (checked
-/// before anything starts); `errc::address_resolution_failed` (RDMA_CM_EVENT_ADDR_ERROR: no RDMA device
+/// @par Errors `errc::invalid_address`, `errc::link_local_needs_scope`, `errc::invalid_port_number`,
+/// `errc::private_data_too_long` (checked before anything starts); `errc::loopback_address` (a loopback or
+/// wildcard host the device could not resolve or route); `errc::address_resolution_failed` (RDMA_CM_EVENT_ADDR_ERROR: no RDMA device
 /// reaches the host, or it did not answer within resolve_address_timeout), `errc::route_resolution_failed`
 /// (RDMA_CM_EVENT_ROUTE_ERROR), `errc::connection_refused` (RDMA_CM_EVENT_REJECTED: nobody listens on that
 /// port, or the server refused), `errc::connection_unreachable` (RDMA_CM_EVENT_UNREACHABLE: no reply to the

@@ -163,6 +163,15 @@ enum class errc : int {
   device_mismatch,
   /// Connection private data exceeds what the transport carries (56 bytes in a request, 196 in a reply).
   private_data_too_long,
+  /// A connection request whose requester gave up before it was accepted (it waited in the listener's
+  /// backlog past the requester's timeout, or was withdrawn): rdma_cm answers EINVAL for it. Listeners skip
+  /// such requests (`listener_stats::abandoned`).
+  request_abandoned,
+  /// A connect to a loopback or wildcard address (127.0.0.0/8, ::1, 0.0.0.0, ::) the device could not
+  /// resolve or route: RoCE and rxe reach peers through an IP interface, never through the loopback one.
+  loopback_address,
+  /// An IPv6 link-local address (fe80::/10) without its interface ("%eth0"): it names no device by itself.
+  link_local_needs_scope,
 
   // --- device events (device_events.hpp): the causes `queue_pair::error()` reports ---
   /// The queue pair's port went down (IBV_EVENT_PORT_ERR); the runtime moved it to the error state.

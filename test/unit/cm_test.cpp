@@ -3,6 +3,8 @@
 #include <coverbs/cm.hpp>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/execution/bad_executor.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -80,12 +82,66 @@ TEST_CASE("an empty connection reports not connected", "[cm]") {
   CHECK_FALSE(c.connected());
   CHECK(c.peer_private_data().empty());
   CHECK(c.native_handle() == nullptr);
+  // No executor anywhere: there is no thread to complete a plain callback on, so it is refused.
+  CHECK_THROWS_AS(c.async_disconnect([](error_code) {}), asio::execution::bad_executor);
+  // A handler with an executor of its own completes there, inside run().
+  asio::io_context io;
   std::optional<error_code> got;
-  c.async_disconnect([&](error_code ec) { got = ec; });
-  for (int i = 0; i < 200 && !got; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the system executor's thread runs it
+  c.async_disconnect(asio::bind_executor(io.get_executor(), [&](error_code ec) {
+    CHECK(io.get_executor().running_in_this_thread());
+    got = ec;
+  }));
+  CHECK_FALSE(got);
+  io.run();
   REQUIRE(got);
   CHECK(*got == std::errc::not_connected);
+}
+
+TEST_CASE("async_disconnect on a failed connect's empty connection runs a plain callback inside run()", "[cm]") {
+  asio::io_context io;
+  cv::connection failed;
+  cv::async_connect(io.get_executor(), "not.an.address", 7471, {}, [&](error_code, cv::connection c) {
+    failed = std::move(c);
+  });
+  io.run();
+  REQUIRE_FALSE(failed);
+  // The executor the connection would have had.
+  CHECK((failed.get_executor() == cv::connection::executor_type(io.get_executor())));
+  std::optional<error_code> got;
+  std::thread::id ran_on;
+  bool in_run = false;
+  failed.async_disconnect([&](error_code ec) {
+    got = ec;
+    ran_on = std::this_thread::get_id();
+    in_run = io.get_executor().running_in_this_thread();
+  });
+  CHECK_FALSE(got);  // never inside the initiating function
+  io.restart();
+  io.run();
+  REQUIRE(got);
+  CHECK(*got == std::errc::not_connected);
+  CHECK(ran_on == std::this_thread::get_id());
+  CHECK(in_run);
+}
+
+TEST_CASE("an IPv6 link-local address without its interface is refused with link_local_needs_scope", "[cm]") {
+  asio::io_context io;
+  try {
+    cv::listener l(io.get_executor(), "fe80::1", 0);
+    FAIL("no exception");
+  } catch (const cv::system_error& e) {
+    CHECK(e.code() == cv::errc::link_local_needs_scope);
+    CHECK(std::string(e.what()).find("%") != std::string::npos);  // the message shows how to name the interface
+  }
+  std::optional<error_code> connect, unknown_interface;
+  cv::async_connect(io.get_executor(), "fe80::1", 7471, {}, [&](error_code ec, cv::connection) { connect = ec; });
+  cv::async_connect(io.get_executor(), "fe80::1%no-such-interface", 7471, {},
+                    [&](error_code ec, cv::connection) { unknown_interface = ec; });
+  io.run();
+  REQUIRE(connect);
+  CHECK(*connect == cv::errc::link_local_needs_scope);
+  REQUIRE(unknown_interface);
+  CHECK(*unknown_interface == cv::errc::invalid_address);
 }
 
 TEST_CASE("without RDMA, a listener and a connect say no_device and point to the guest", "[cm]") {
