@@ -196,6 +196,8 @@ private:
     if (ec) return;
     cls.growing = true;
     // The system executor runs the batch kick and the completion, so growth needs no loop of the caller's.
+    // This completion is the pool's own bookkeeping (add_arena, under the mutex), never a user's handler:
+    // user handlers (async_allocate) complete on their associated executor, else the service's.
     reg_shared(*service_, *pd_, memory, options_.rights,
                boost::asio::bind_executor(boost::asio::system_executor(),
                                           [weak = weak_from_this(), memory](error_code, shared_region r) mutable {

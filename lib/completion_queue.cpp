@@ -23,6 +23,16 @@ cq_impl::cq_impl(const boost::asio::any_io_executor& ex, ibv_context* context, c
     throw system_error(errno_code(EINVAL),
                        "completion_queue: max_completions_per_turn must be at least 1 (got 0); it bounds how many "
                        "completions one dispatch turn handles before other handlers on the loop run");
+  {
+    ibv_device_attr attr{};
+    throw_on_error(verbs_status_result(ibv_query_device(context, &attr)), "ibv_query_device");
+    if (options.depth > attr.max_cqe)
+      throw system_error(make_error_code(errc::device_limit_exceeded),
+                         "completion_queue_options::depth = " + std::to_string(options.depth) +
+                             " exceeds the limit of device " + ibv_get_device_name(context->device) + ", " +
+                             std::to_string(attr.max_cqe) + " (ibv_device_attr::max_cqe): lower it to at most " +
+                             std::to_string(attr.max_cqe) + ", or spread the queue pairs over several queues");
+  }
   channel_ = ibv_create_comp_channel(context);
   throw_on_error(verbs_null_result(channel_), "ibv_create_comp_channel");
   const int flags = ::fcntl(channel_->fd, F_GETFL);

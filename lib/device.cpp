@@ -220,6 +220,7 @@ port_attributes query_port(ibv_context* context, std::uint8_t port) {
   p.link_layer = a.link_layer;
   p.gid_table_len = static_cast<std::uint32_t>(a.gid_tbl_len);
   p.lid = a.lid;
+  p.max_msg_sz = a.max_msg_sz;
   return p;
 }
 

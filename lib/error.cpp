@@ -90,7 +90,9 @@ boost::system::error_condition coverbs_category_impl::default_error_condition(in
   case errc::rights_need_local_write:
   case errc::empty_buffer:
   case errc::invalid_registration: return make_error_condition(sys::invalid_argument);
-  case errc::buffer_not_mapped: return make_error_condition(sys::bad_address);
+  case errc::buffer_not_mapped:
+  case errc::mw_bind_needs_writable_memory: return make_error_condition(sys::bad_address);
+  case errc::device_limit_exceeded: return make_error_condition(sys::invalid_argument);
   case errc::userfaultfd_unavailable: return make_error_condition(sys::operation_not_permitted);
   default: return {ev, *this};
   }
@@ -108,8 +110,10 @@ std::string coverbs_category_impl::message(int ev) const {
     return "the device does not support this memory-window type (device_caps::mw_type1 / mw_type2a / mw_type2b)";
   case errc::range_outside_region: return "the range lies outside the memory region (IBA C10-75)";
   case errc::access_exceeds_region:
-    return "the requested rights exceed the memory region's: a window's effective rights are the intersection "
-           "of its own and its region's, so coverbs refuses a window right the region does not grant";
+    return "the window asks for a right its memory region was not registered with: a window's rights must be a "
+           "subset of those the region allows (IBA memory windows), so the bind was refused before posting; compare "
+           "the bind's rights with memory_region::rights(), and register the region with every remote right its "
+           "windows may grant";
   case errc::unspecified_verbs_failure: return "a verb failed without reporting a reason (errno was 0)";
   case errc::cq_overcommitted:
     return "the completion queue is too small for another queue pair: its depth must cover the max_send_wr + "
@@ -121,11 +125,17 @@ std::string coverbs_category_impl::message(int ev) const {
   case errc::buffer_too_small:
     return "the local buffer is too small for the operation (atomics need 8 bytes for the old value)";
   case errc::atomics_unsupported: return "the device does not support atomic operations (device_caps::atomics)";
-  case errc::message_too_long: return "the message is longer than one work request can carry (2^31 bytes)";
+  case errc::message_too_long:
+    return "the message is longer than the port carries: a send, write or read at most the port's max_msg_sz "
+           "(ibv_port_attr::max_msg_sz, queue_pair::max_message_size(): 8 MiB on Soft-RoCE), a receive at most "
+           "2^31 bytes; nothing was posted and the queue pair stays usable: split the transfer into operations of "
+           "at most that size";
   case errc::region_lacks_mw_bind:
     return "the memory region was registered without mw_bind, so no window can be bound to it (IBA C10-73)";
   case errc::window_needs_local_write:
-    return "a remote_write or remote_atomic window needs a region registered with local_write (IBA C10-74)";
+    return "the window asks for remote_write or remote_atomic, and its memory region lacks local_write, which "
+           "those rights need (IBA C10-74); the bind was refused before posting: register the region with "
+           "access::local_write (over writable memory), or bind with remote_read only";
   case errc::zero_length_window:
     return "a window cannot be bound to zero bytes (type 2: IBA o10-37.2.40); to revoke a key, invalidate it";
   case errc::pd_mismatch:
@@ -161,7 +171,9 @@ std::string coverbs_category_impl::message(int ev) const {
            "(check device_caps and the rights the device supports)";
   case errc::buffer_not_mapped:
     return "ibv_reg_mr: EFAULT: argument `buffer` is not entirely mapped memory of this process, or it is "
-           "read-only while `rights` asks for local_write or remote_write";
+           "read-only while `rights` include a right for which the kernel pins pages writable (local_write, "
+           "remote_write, remote_atomic or mw_bind): register mapped, writable memory, or register read-only "
+           "memory with remote_read and no write rights";
   case errc::userfaultfd_unavailable:
     return "userfaultfd(2) was refused, so unmapped memory cannot be detected: allow it with "
            "`sysctl vm.unprivileged_userfaultfd=1`, CAP_SYS_PTRACE, or access to /dev/userfaultfd; until then "
@@ -221,6 +233,15 @@ std::string coverbs_category_impl::message(int ev) const {
   case errc::device_events_busy:
     return "another device_events object already reads this device's asynchronous events (a device has one "
            "reader: share that object, or open the device again)";
+  case errc::device_limit_exceeded:
+    return "a requested size exceeds the device's limit (the text before this names the option, the value and the "
+           "limit; ibv_query_device(3) reports max_qp_wr, max_sge, max_cqe and the rd_atom limits): lower the option to "
+           "the limit";
+  case errc::mw_bind_needs_writable_memory:
+    return "ibv_reg_mr: EFAULT: `rights` include mw_bind, and argument `buffer` is read-only memory: the kernel "
+           "pins memory writable for mw_bind (a window bound later may grant remote write), so read-only memory "
+           "cannot carry windows; register it without mw_bind (remote_read alone, and hand out the region's "
+           "rkey), or register writable memory";
   case errc::executor_mismatch:
     return "the completion queue is serviced by another executor than the queue pair or connection using it: "
            "a queue pair's send and receive queues, and a connection's connection_options::cq, must be on the "

@@ -3,6 +3,8 @@
 
 #include "window_internal.hpp"
 
+#include <coverbs/detail/registration_core.hpp>
+
 #include <cerrno>
 #include <cstdio>
 #include <string>
@@ -19,15 +21,9 @@ std::string describe(std::span<std::byte> buffer, access rights) {
 }
 
 /// The likely cause of a registration failure, from the errno and the request.
-std::string hint(const error_code& ec, std::span<std::byte> buffer, access rights) {
-  if (ec == boost::system::errc::invalid_argument) {
-    if ((has(rights, access::remote_write) || has(rights, access::remote_atomic)) && !has(rights, access::local_write))
-      return " — remote_write and remote_atomic need local_write as well (ibv_reg_mr(3))";
-    if (buffer.empty()) return " — the buffer is empty";
-  }
+std::string hint(const error_code& ec) {
   if (ec == boost::system::errc::not_enough_memory)
     return " — out of device resources or over the locked-memory limit (ulimit -l / RLIMIT_MEMLOCK)";
-  if (ec == boost::system::errc::bad_address) return " — the buffer is not mapped memory of this process";
   if (ec == boost::system::errc::operation_not_supported) return " — the device does not support a requested right";
   return {};
 }
@@ -42,13 +38,16 @@ memory_region::memory_region(protection_domain& pd, std::span<std::byte> buffer,
   }
   mr_ = ibv_reg_mr(pd.native_handle(), buffer.data(), buffer.size(), to_verbs(rights));
   ec = verbs_null_result(mr_);
-  if (!ec) rights_ = rights;
+  if (!ec)
+    rights_ = rights;
+  else if (ec != boost::system::errc::not_enough_memory)  // no retries here: ENOMEM stays the errno
+    ec = detail::classify_registration_error(ec, buffer, rights);  // as reg_mr: which argument is at fault
 }
 
 memory_region::memory_region(protection_domain& pd, std::span<std::byte> buffer, access rights) {
   error_code ec;
   *this = memory_region(pd, buffer, rights, ec);
-  if (ec) throw system_error(ec, describe(buffer, rights) + hint(ec, buffer, rights));
+  if (ec) throw system_error(ec, describe(buffer, rights) + hint(ec));
 }
 
 memory_region::memory_region(memory_region&& other) noexcept

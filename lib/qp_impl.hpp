@@ -55,6 +55,7 @@ public:
   error_code error_;
   bool in_error_ = false;
   std::uint32_t max_inline_ = 0;
+  std::size_t max_message_ = 0;  // sends, writes, reads: the port's max_msg_sz, at most 2^31
   bool atomics_ = false;
   std::uint32_t psn_ = 0;
   gid_entry gid_;

@@ -97,7 +97,46 @@ void qp_start(queue_pair_impl* qp, wr_node* node, error_code ec) { qp->start(nod
 
 namespace {
 
-constexpr std::size_t max_message = std::size_t{1} << 31;
+constexpr std::size_t max_message = std::size_t{1} << 31;  // IBA: the longest message of any port
+
+/// Refuses a size above the device's limit, naming the option, the value and the limit.
+void check_limit(const char* option, std::uint64_t value, std::uint64_t limit, const char* attribute,
+                 ibv_context* context) {
+  if (value <= limit) return;
+  throw system_error(make_error_code(errc::device_limit_exceeded),
+                     std::string("queue_pair_options::") + option + " = " + std::to_string(value) +
+                         " exceeds the limit of device " + ibv_get_device_name(context->device) + ", " +
+                         std::to_string(limit) + " (ibv_device_attr::" + attribute + "): lower it to at most " +
+                         std::to_string(limit));
+}
+
+bool qp_accepted(ibv_pd* pd, ibv_qp_init_attr init) noexcept {
+  ibv_qp* qp = ibv_create_qp(pd, &init);
+  if (qp) ibv_destroy_qp(qp);
+  return qp != nullptr;
+}
+
+/// ibv_create_qp refused `init` with EINVAL. If max_inline_data is the cause, finds the largest value the
+/// device accepts with the other attributes unchanged (verbs has no attribute that reports it) and throws
+/// `errc::device_limit_exceeded` naming both; otherwise returns (the caller reports the verb's errno).
+void explain_inline_refusal(ibv_pd* pd, ibv_qp_init_attr init) {
+  const std::uint32_t asked = init.cap.max_inline_data;
+  if (asked == 0) return;
+  init.cap.max_inline_data = 0;
+  if (!qp_accepted(pd, init)) return;  // something else is wrong
+  std::uint32_t accepted = 0, refused = asked;
+  while (refused - accepted > 1) {  // at most 32 tries, on this error path only
+    const std::uint32_t mid = accepted + (refused - accepted) / 2;
+    init.cap.max_inline_data = mid;
+    (qp_accepted(pd, init) ? accepted : refused) = mid;
+  }
+  throw system_error(make_error_code(errc::device_limit_exceeded),
+                     "queue_pair_options::max_inline_data = " + std::to_string(asked) + " exceeds the limit of device " +
+                         ibv_get_device_name(pd->context->device) + ", " + std::to_string(accepted) +
+                         " bytes (ibv_create_qp refused it with EINVAL; the limit was found by trying smaller sizes): "
+                         "lower max_inline_data to at most " + std::to_string(accepted) +
+                         " (larger sends and writes go from registered memory, not inline)");
+}
 
 /// The signaled send-queue work request of a node over one buffer (inline when small and allowed).
 ibv_send_wr& fill_send(queue_pair_impl* qp, wr_node& n, const registered_span& buf, ibv_wr_opcode op) {
@@ -118,7 +157,7 @@ ibv_send_wr& fill_send(queue_pair_impl* qp, wr_node& n, const registered_span& b
 
 error_code prepare_send(queue_pair_impl* qp, wr_node& n, const registered_span& buf, ibv_wr_opcode op,
                         std::uint32_t imm_or_rkey) {
-  if (buf.size() > max_message) return errc::message_too_long;
+  if (buf.size() > qp->max_message_) return errc::message_too_long;
   ibv_send_wr& wr = fill_send(qp, n, buf, op);
   if (op == IBV_WR_SEND_WITH_IMM) wr.imm_data = htonl(imm_or_rkey);
   if (op == IBV_WR_SEND_WITH_INV) wr.invalidate_rkey = imm_or_rkey;
@@ -139,7 +178,7 @@ error_code prepare_recv(queue_pair_impl*, wr_node& n, const registered_span& buf
 
 error_code prepare_rdma(queue_pair_impl* qp, wr_node& n, const registered_span& local, const remote_key& remote,
                         ibv_wr_opcode op, std::uint32_t imm) {
-  if (local.size() > max_message) return errc::message_too_long;
+  if (local.size() > qp->max_message_) return errc::message_too_long;
   if (remote.length < local.size()) return errc::remote_range_too_small;
   ibv_send_wr& wr = fill_send(qp, n, local, op);
   if (op == IBV_WR_RDMA_WRITE_WITH_IMM) wr.imm_data = htonl(imm);
@@ -195,12 +234,22 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
     ibv_context* context = pd->context;
     ibv_device_attr attr{};
     throw_on_error(verbs_status_result(ibv_query_device(context, &attr)), "ibv_query_device");
+    check_limit("max_send_wr", options.max_send_wr, static_cast<std::uint64_t>(attr.max_qp_wr), "max_qp_wr", context);
+    check_limit("max_recv_wr", options.max_recv_wr, static_cast<std::uint64_t>(attr.max_qp_wr), "max_qp_wr", context);
+    check_limit("max_send_sge", options.max_send_sge, static_cast<std::uint64_t>(attr.max_sge), "max_sge", context);
+    check_limit("max_recv_sge", options.max_recv_sge, static_cast<std::uint64_t>(attr.max_sge), "max_sge", context);
+    // Checked here, not at connect(), where ibv_modify_qp would only say EINVAL.
+    check_limit("max_rd_atomic", options.max_rd_atomic, static_cast<std::uint64_t>(attr.max_qp_init_rd_atom),
+                "max_qp_init_rd_atom", context);
+    check_limit("max_dest_rd_atomic", options.max_dest_rd_atomic, static_cast<std::uint64_t>(attr.max_qp_rd_atom),
+                "max_qp_rd_atom", context);
     atomics_ = attr.atomic_cap != IBV_ATOMIC_NONE;
     if (!options_.max_rd_atomic)
       options_.max_rd_atomic = static_cast<std::uint8_t>(std::min(attr.max_qp_init_rd_atom, 16));
     if (!options_.max_dest_rd_atomic)
       options_.max_dest_rd_atomic = static_cast<std::uint8_t>(std::min(attr.max_qp_rd_atom, 16));
     port_ = query_port(context, options.port);
+    max_message_ = port_.max_msg_sz ? std::min<std::size_t>(port_.max_msg_sz, max_message) : max_message;
     if (options.gid_index >= 0) {
       const auto gids = query_gids(context, options.port);
       auto it = std::find_if(gids.begin(), gids.end(),
@@ -223,8 +272,11 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
     init.cap.max_send_sge = options.max_send_sge;
     init.cap.max_recv_sge = options.max_recv_sge;
     init.cap.max_inline_data = options.max_inline_data;
+    const ibv_qp_init_attr asked = init;
     qp_ = ibv_create_qp(pd, &init);
-    throw_on_error(verbs_null_result(qp_), "ibv_create_qp(RC, max_send_wr=" + std::to_string(options.max_send_wr) +
+    const error_code created = verbs_null_result(qp_);
+    if (created == boost::system::errc::invalid_argument) explain_inline_refusal(pd, asked);
+    throw_on_error(created, "ibv_create_qp(RC, max_send_wr=" + std::to_string(options.max_send_wr) +
                                                ", max_recv_wr=" + std::to_string(options.max_recv_wr) +
                                                ", max_inline_data=" + std::to_string(options.max_inline_data) + ")");
     // The provider may grant more than asked; credits follow what we asked for (the CQ reservation).
@@ -422,6 +474,7 @@ error_code queue_pair::error() const noexcept { return impl_ ? impl_->error_ : e
 std::size_t queue_pair::sends_outstanding() const noexcept { return impl_ ? impl_->sq_.outstanding : 0; }
 std::size_t queue_pair::sends_waiting() const noexcept { return impl_ ? impl_->sq_.waiting.size : 0; }
 std::uint32_t queue_pair::max_inline_data() const noexcept { return impl_ ? impl_->max_inline_ : 0; }
+std::size_t queue_pair::max_message_size() const noexcept { return impl_ ? impl_->max_message_ : 0; }
 
 queue_pair_address queue_pair::local_address() const {
   queue_pair_address a;

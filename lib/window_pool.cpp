@@ -143,7 +143,7 @@ void start_lease(const std::shared_ptr<pool_impl>& pool, queue_pair& qp, const m
                  window_range range, access rights, std::chrono::steady_clock::duration ttl, lease_handler handler) {
   error_code ec;
   memory_window w = pool->acquire(ec);
-  if (ec) return post_completion(std::move(handler), qp.get_executor(), ec, window_lease{});
+  if (ec) return post_completion(std::move(handler), qp.get_executor(), ec, window_lease(qp.get_executor()));
   auto s = std::make_shared<lease_state>(pool, qp, std::move(w));
   auto slot = boost::asio::get_associated_cancellation_slot(handler);
   bind_mw(qp, s->window, region, range, rights,
@@ -152,7 +152,7 @@ void start_lease(const std::shared_ptr<pool_impl>& pool, queue_pair& qp, const m
                 if (ec) {
                   s->state = lease_state::phase::dead;
                   s->pool->release(std::move(s->window));
-                  return post_completion(std::move(h), s->qp->get_executor(), ec, window_lease{});
+                  return post_completion(std::move(h), s->qp->get_executor(), ec, window_lease(s->qp->get_executor()));
                 }
                 s->key = key;
                 s->window.impl()->on_remote_invalidation = &on_peer_invalidation;
@@ -163,10 +163,9 @@ void start_lease(const std::shared_ptr<pool_impl>& pool, queue_pair& qp, const m
               }));
 }
 
-void add_waiter(const std::shared_ptr<lease_state>& s, revoke_handler handler, bool hold) {
-  if (!s)
-    return post_completion(std::move(handler), queue_pair::executor_type(boost::asio::system_executor()),
-                           errno_code(EBADF));
+void add_waiter(const std::shared_ptr<lease_state>& s, const queue_pair::executor_type& ex, revoke_handler handler,
+                bool hold) {
+  if (!s) return post_completion(std::move(handler), ex, errno_code(EBADF));
   if (s->state == lease_state::phase::dead) {
     const error_code ec = hold ? s->cause : error_code{};
     return post_completion(std::move(handler), s->qp->get_executor(), ec);
@@ -186,12 +185,22 @@ void add_waiter(const std::shared_ptr<lease_state>& s, revoke_handler handler, b
 
 // --- window_lease ---
 
+window_lease::window_lease(std::shared_ptr<detail::lease_state> state) noexcept
+    : ex_(state ? state->qp->get_executor() : executor_type()), state_(std::move(state)) {}
+
 window_lease& window_lease::operator=(window_lease&& other) noexcept {
   if (this != &other) {
     revoke();
+    ex_ = other.ex_;
     state_ = std::move(other.state_);
   }
   return *this;
+}
+
+void window_lease::throw_no_executor() {
+  throw system_error(errno_code(EBADF),
+                     "window_lease: a default-constructed lease has no executor to complete on, and the handler "
+                     "has none of its own: bind it to one (asio::bind_executor(io, handler))");
 }
 
 window_lease::~window_lease() { revoke(); }

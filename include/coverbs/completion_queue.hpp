@@ -97,9 +97,9 @@ public:
   using executor_type = boost::asio::any_io_executor;
 
   /// Creates the queue and its completion channel on `dev`, serviced by `ex`.
-  /// @throws system_error with the errno of ibv_create_comp_channel(3) / ibv_create_cq(3) (EINVAL: depth
-  /// above device_caps::max_cqe or a bad comp_vector); EINVAL for a depth below 1 or
-  /// max_completions_per_turn of 0.
+  /// @throws system_error: `errc::device_limit_exceeded` for a depth above the device's max_cqe (the text
+  /// names both); the errno of ibv_create_comp_channel(3) / ibv_create_cq(3) (EINVAL: a bad comp_vector);
+  /// EINVAL for a depth below 1 or max_completions_per_turn of 0.
   completion_queue(const executor_type& ex, device& dev, const completion_queue_options& options = {});
   /// As above, serviced by `ctx`'s executor (e.g. an io_context).
   template <class ExecutionContext,

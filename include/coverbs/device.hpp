@@ -69,6 +69,7 @@ struct port_attributes {
   std::uint8_t link_layer = IBV_LINK_LAYER_UNSPECIFIED;
   std::uint32_t gid_table_len = 0;
   std::uint16_t lid = 0;
+  std::uint32_t max_msg_sz = 0;  ///< the longest message in bytes (ibv_port_attr::max_msg_sz; 8 MiB on rxe)
   bool active() const noexcept { return state == IBV_PORT_ACTIVE; }
   bool is_ethernet() const noexcept { return link_layer == IBV_LINK_LAYER_ETHERNET; }
   /// The active MTU in bytes (256 .. 4096).

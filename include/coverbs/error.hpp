@@ -89,7 +89,8 @@ enum class errc : int {
   buffer_too_small,
   /// The device has no atomic operations (device_caps::atomics == none).
   atomics_unsupported,
-  /// A message is longer than a work request can carry (2^31 bytes).
+  /// A message is longer than the port carries: a send, write or read above the port's `max_msg_sz`
+  /// (`queue_pair::max_message_size()`; 8 MiB on Soft-RoCE), a receive above 2^31 bytes (IBA).
   message_too_long,
   /// A window bind names a region registered without mw_bind (IBA C10-73).
   region_lacks_mw_bind,
@@ -191,6 +192,17 @@ enum class errc : int {
   /// A queue pair's completion queues, or a connection's `connection_options::cq`, are serviced by another
   /// executor than the one the queue pair or connection is bound to (executors compared with `==`).
   executor_mismatch,
+
+  // --- limits of the device ---
+  /// A requested size exceeds the device's limit: a queue pair's max_send_wr / max_recv_wr (max_qp_wr),
+  /// max_send_sge / max_recv_sge (max_sge), max_rd_atomic / max_dest_rd_atomic (max_qp_init_rd_atom /
+  /// max_qp_rd_atom), max_inline_data, or a completion queue's depth (max_cqe). The
+  /// exception's text names the option, the value asked for and the device's limit. Equivalent to
+  /// `boost::system::errc::invalid_argument` (the verb's EINVAL).
+  device_limit_exceeded,
+  /// ibv_reg_mr EFAULT: `rights` include mw_bind, for which the kernel pins the pages writable (a window may
+  /// later grant remote write), and argument `buffer` is mapped read-only. Equivalent to `bad_address`.
+  mw_bind_needs_writable_memory,
 };
 
 /// The category of `wc_errc` values; name "coverbs.wc".

@@ -31,9 +31,11 @@ public:
   memory_region() noexcept = default;
 
   /// Registers `buffer` (pointer + length in bytes) with `pd`, granting `rights`.
-  /// @throws system_error from ibv_reg_mr(3): EINVAL (bad rights — `remote_write` or `remote_atomic`
-  /// without `local_write` — or a zero-length buffer), EFAULT (memory not mapped), ENOMEM (out of
-  /// resources or over RLIMIT_MEMLOCK), EOPNOTSUPP (a right the device lacks, e.g. `on_demand`).
+  /// @throws system_error from ibv_reg_mr(3), classified as `reg_mr` does (each code equals its errno):
+  /// EINVAL as `errc::rights_need_local_write` / `empty_buffer` / `invalid_registration`, EFAULT as
+  /// `errc::buffer_not_mapped` (not mapped, or read-only with a write right) or
+  /// `errc::mw_bind_needs_writable_memory` (read-only memory with mw_bind); ENOMEM (out of resources or over
+  /// RLIMIT_MEMLOCK), EOPNOTSUPP (a right the device lacks, e.g. `on_demand`).
   /// The message names the verb, the buffer and the rights, and the likely cause.
   memory_region(protection_domain& pd, std::span<std::byte> buffer, access rights);
   /// As above; on failure sets `ec` and leaves the region empty.

@@ -95,8 +95,10 @@ public:
 
   /// Creates an RC queue pair in the RESET state using `cq` for sends and receives.
   /// @throws system_error: `errc::cq_overcommitted` (the queue's depth cannot hold another
-  /// max_send_wr + max_recv_wr completions), or the errno of ibv_create_qp(3) (EINVAL: sizes above the
-  /// device's max_qp_wr / max_sge / inline limit).
+  /// max_send_wr + max_recv_wr completions), `errc::device_limit_exceeded` (max_send_wr / max_recv_wr above
+  /// the device's max_qp_wr, max_send_sge / max_recv_sge above max_sge, max_rd_atomic above
+  /// max_qp_init_rd_atom, max_dest_rd_atomic above max_qp_rd_atom, max_inline_data above what the device
+  /// accepts: the text names the option, the value and the limit), or the errno of ibv_create_qp(3).
   queue_pair(protection_domain& pd, completion_queue& cq, const queue_pair_options& options = {});
   /// As above with separate send and receive completion queues. They must be serviced by the same executor
   /// (`==`): otherwise @throws system_error `errc::executor_mismatch` and nothing is created.
@@ -129,6 +131,10 @@ public:
   std::size_t sends_waiting() const noexcept;
   /// The largest send/write that goes inline (as the provider granted it).
   std::uint32_t max_inline_data() const noexcept;
+  /// The longest send, write or read in bytes: the port's max_msg_sz (8 MiB on rxe), at most 2^31. Longer
+  /// ones are refused before posting with `errc::message_too_long` (the device would fail them and move the
+  /// queue pair to the error state).
+  std::size_t max_message_size() const noexcept;
 
   // --- two-sided ---
 

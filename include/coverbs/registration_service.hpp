@@ -27,6 +27,7 @@
 
 #include <coverbs/access.hpp>
 #include <coverbs/buffer.hpp>
+#include <coverbs/detail/handler_executor.hpp>
 #include <coverbs/detail/registration_core.hpp>
 #include <coverbs/error.hpp>
 #include <coverbs/memory_region.hpp>
@@ -34,6 +35,7 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/execution_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <chrono>
@@ -214,8 +216,10 @@ private:
   std::shared_ptr<detail::registration_core> core_;
 };
 
-/// The process-wide service the overloads without a service argument use: one worker, handlers without
-/// an associated executor complete on the system executor. Created on first use.
+/// The process-wide service the `reg_mr` overloads without a service argument use: one worker. Created on
+/// first use. Its own executor is Asio's system executor (it has no loop of its own), so those overloads
+/// never fall back on it: see them. A request made on it directly with a handler that has no associated
+/// executor completes on a thread of the system executor.
 registration_service& default_registration_service();
 
 /// Registers `buffer` with `pd` granting `rights`, on a worker thread.
@@ -225,7 +229,8 @@ registration_service& default_registration_service();
 /// asynchronously with `dereg`).
 /// @par Errors
 /// From ibv_reg_mr(3), after classification: `errc::rights_need_local_write`, `errc::empty_buffer`,
-/// `errc::invalid_registration` (EINVAL), `errc::buffer_not_mapped` (EFAULT), `errc::memlock_exhausted`
+/// `errc::invalid_registration` (EINVAL), `errc::buffer_not_mapped` (EFAULT),
+/// `errc::mw_bind_needs_writable_memory` (EFAULT: read-only pages with mw_bind), `errc::memlock_exhausted`
 /// (ENOMEM after the retries; the message prints RLIMIT_MEMLOCK), EAGAIN after the retries, EOPNOTSUPP (a
 /// right the device lacks), `operation_aborted` (cancelled, or the service shut down).
 /// @par Per-Operation Cancellation
@@ -238,9 +243,23 @@ registration_service& default_registration_service();
 template <typename CompletionToken = boost::asio::use_awaitable_t<>>
 auto reg_mr(registration_service& service, protection_domain& pd, std::span<std::byte> buffer, access rights,
             CompletionToken&& token = {});
-/// `reg_mr` on `default_registration_service()`.
+/// `reg_mr` on `default_registration_service()`, for handlers that bring their executor: a coroutine's
+/// `use_awaitable` (it completes on the coroutine's executor), `asio::bind_executor(ex, callback)`, a strand,
+/// `use_future`. A handler without an associated executor (a plain callback, `detached`) is refused at compile
+/// time — nothing would say which loop runs it; use the overloads below that name the executor.
 template <typename CompletionToken = boost::asio::use_awaitable_t<>>
 auto reg_mr(protection_domain& pd, std::span<std::byte> buffer, access rights, CompletionToken&& token = {});
+/// `reg_mr` on `default_registration_service()`; the handler runs on its associated executor, else on `ex`
+/// (as an Asio I/O object's executor), never inside this call and never on the worker.
+template <typename Executor, typename CompletionToken = boost::asio::use_awaitable_t<>>
+  requires detail::is_any_executor_v<Executor>
+auto reg_mr(const Executor& ex, protection_domain& pd, std::span<std::byte> buffer, access rights,
+            CompletionToken&& token = {});
+/// As above with `context.get_executor()` (e.g. an `io_context`).
+template <typename ExecutionContext, typename CompletionToken = boost::asio::use_awaitable_t<>>
+  requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
+auto reg_mr(ExecutionContext& context, protection_domain& pd, std::span<std::byte> buffer, access rights,
+            CompletionToken&& token = {});
 
 /// Batch mode: like `reg_mr`, but the registration may be shared. Requests with the same PD and rights whose
 /// ranges overlap or touch, made in the same turn of the caller's executor or still queued when a worker

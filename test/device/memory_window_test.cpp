@@ -12,10 +12,14 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <chrono>
 #include <cstring>
+#include <optional>
+#include <thread>
 #include <tuple>
 
 namespace asio = boost::asio;
@@ -185,8 +189,11 @@ TEST_CASE("each invalid bind is refused with its own errc and the queue pair kee
     CHECK(e1 == cv::errc::region_lacks_mw_bind);
     auto [e2, k2] = co_await bind(w, read_only.mr, {}, cv::access::remote_write);
     CHECK(e2 == cv::errc::window_needs_local_write);
+    CHECK(e2.message().find("lacks local_write") != std::string::npos);  // names the region's lack and the right
+    CHECK(e2.message().find("remote_write") != std::string::npos);
     auto [e3, k3] = co_await bind(w, writable_no_remote_write.mr, {}, cv::access::remote_write);
     CHECK(e3 == cv::errc::access_exceeds_region);
+    CHECK(e3.message().find("memory_region::rights()") != std::string::npos);
     auto [e4, k4] = co_await bind(w, region.mr, {4096, 8192}, cv::access::remote_read);
     CHECK(e4 == cv::errc::range_outside_region);
     auto [e5, k5] = co_await bind(w, region.mr, {8193, cv::window_range::all}, cv::access::remote_read);
@@ -447,4 +454,52 @@ TEST_CASE("a pool grows on demand up to its bound, and a dropped lease revokes i
     const auto refused = co_await peer_read(p, peer, key);
     CHECK(refused == cv::wc_errc::rem_access_err);
   });
+}
+
+TEST_CASE("a failed grant's empty lease completes plain callbacks on the queue pair's loop, inside run()",
+          "[mw][lease][executor]") {
+  rc_pair p;
+  test_buffer region(p.pd, 4096, region_rights);
+  cv::window_pool pool(p.pd, {.initial_windows = 0, .max_windows = 0});
+  std::optional<cv::error_code> granted;
+  cv::window_lease lease;
+  pool.async_lease(p.a, region.mr, {}, cv::access::remote_read, {}, [&](cv::error_code ec, cv::window_lease l) {
+    granted = ec;
+    lease = std::move(l);
+  });
+  CHECK_FALSE(granted);
+  REQUIRE(p.run_until([&] { return granted.has_value(); }));
+  CHECK(*granted == cv::errc::window_pool_exhausted);
+  CHECK_FALSE(lease);
+  CHECK(lease.get_executor() == p.a.get_executor());
+
+  std::optional<cv::error_code> held, revoked;
+  std::thread::id held_on, revoked_on;
+  lease.async_hold([&](cv::error_code ec) { held = ec, held_on = std::this_thread::get_id(); });
+  lease.async_revoke([&](cv::error_code ec) { revoked = ec, revoked_on = std::this_thread::get_id(); });
+  CHECK_FALSE(held);  // never inside the initiating call
+  CHECK_FALSE(revoked);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a handler on another thread would run now
+  CHECK_FALSE(held);
+  CHECK_FALSE(revoked);
+  REQUIRE(p.run_until([&] { return held && revoked; }));
+  CHECK(*held == boost::system::errc::bad_file_descriptor);
+  CHECK(*revoked == boost::system::errc::bad_file_descriptor);
+  CHECK(held_on == std::this_thread::get_id());
+  CHECK(revoked_on == std::this_thread::get_id());
+
+  // Moved from, a lease keeps its executor (as an Asio socket does).
+  cv::window_lease moved = std::move(lease);
+  CHECK(lease.get_executor() == p.a.get_executor());
+  CHECK(moved.get_executor() == p.a.get_executor());
+  // A default-constructed lease has none: a handler brings its own, or the call refuses.
+  cv::window_lease none;
+  CHECK_THROWS_AS(none.async_hold([](cv::error_code) {}), cv::system_error);
+  std::optional<cv::error_code> bound;
+  std::thread::id bound_on;
+  none.async_hold(asio::bind_executor(p.io, [&](cv::error_code ec) { bound = ec, bound_on = std::this_thread::get_id(); }));
+  CHECK_FALSE(bound);
+  REQUIRE(p.run_until([&] { return bound.has_value(); }));
+  CHECK(*bound == boost::system::errc::bad_file_descriptor);
+  CHECK(bound_on == std::this_thread::get_id());
 }

@@ -16,7 +16,9 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 
 namespace asio = boost::asio;
@@ -435,4 +437,100 @@ TEST_CASE("a completion queue too small for another queue pair is refused up fro
   cv::queue_pair_options small;
   small.max_send_wr = small.max_recv_wr = 8;
   CHECK_NOTHROW(cv::queue_pair(pd, cq, small));
+}
+
+namespace {
+/// The number after "limit of device NAME, " in an exception's text (0 if absent).
+std::uint64_t named_limit(const std::string& what) {
+  const auto at = what.find("limit of device ");
+  if (at == std::string::npos) return 0;
+  const auto comma = what.find(", ", at);
+  return comma == std::string::npos ? 0 : std::strtoull(what.c_str() + comma + 2, nullptr, 10);
+}
+
+/// Runs `make`, which must throw `errc::device_limit_exceeded`; returns the exception's text.
+template <class F>
+std::string refusal_of(F make) {
+  try {
+    make();
+  } catch (const cv::system_error& e) {
+    INFO(e.what());
+    CHECK(e.code() == cv::errc::device_limit_exceeded);
+    CHECK(e.code() == boost::system::errc::invalid_argument);
+    return e.what();
+  }
+  FAIL("a size above the device's limit was accepted");
+  return {};
+}
+}  // namespace
+
+TEST_CASE("sizes above the device's limits are refused naming the option, the value and the limit",
+          "[qp][cq][errors][limits]") {
+  boost::asio::io_context io;
+  cv::device dev = cv::device::open();
+  cv::protection_domain pd(dev);
+  cv::completion_queue cq(io, dev);
+  cv::queue_pair_options o;
+  o.max_send_wr = o.max_recv_wr = 8;
+  SECTION("max_inline_data: the limit is found and named, and the named limit works") {
+    o.max_inline_data = 1 << 16;
+    const std::string what = refusal_of([&] { cv::queue_pair qp(pd, cq, o); });
+    INFO(what);
+    CHECK(what.find("max_inline_data = 65536") != std::string::npos);
+    CHECK(what.find("lower max_inline_data") != std::string::npos);
+    const auto limit = named_limit(what);
+    CHECK(limit > 0);
+    CHECK(limit < 65536);
+    o.max_inline_data = static_cast<std::uint32_t>(limit);
+    CHECK_NOTHROW(cv::queue_pair(pd, cq, o));
+    o.max_inline_data = static_cast<std::uint32_t>(limit + 1);
+    CHECK_THROWS_AS(cv::queue_pair(pd, cq, o), cv::system_error);
+  }
+  SECTION("max_send_sge above max_sge") {
+    o.max_send_sge = dev.caps().max_sge + 1;
+    const std::string what = refusal_of([&] { cv::queue_pair qp(pd, cq, o); });
+    CHECK(what.find("max_send_sge = " + std::to_string(o.max_send_sge)) != std::string::npos);
+    CHECK(named_limit(what) == dev.caps().max_sge);
+  }
+  SECTION("max_rd_atomic above max_qp_init_rd_atom: refused at creation, not as EINVAL at connect()") {
+    const auto limit = dev.caps().max_qp_init_rd_atom;
+    INFO("max_qp_init_rd_atom " << limit);
+    if (limit < 255) {
+      o.max_rd_atomic = static_cast<std::uint8_t>(limit + 1);
+      CHECK(named_limit(refusal_of([&] { cv::queue_pair qp(pd, cq, o); })) == limit);
+    }
+  }
+  SECTION("a completion queue deeper than max_cqe") {
+    cv::completion_queue_options co;
+    co.depth = static_cast<int>(dev.caps().max_cqe) + 1;
+    const std::string what = refusal_of([&] { cv::completion_queue big(io, dev, co); });
+    CHECK(what.find("depth = " + std::to_string(co.depth)) != std::string::npos);
+    CHECK(named_limit(what) == dev.caps().max_cqe);
+  }
+}
+
+TEST_CASE("a send, write or read above the port's max_msg_sz is refused before posting; the queue pair stays healthy",
+          "[qp][errors][limits]") {
+  rc_pair p;
+  const std::size_t limit = p.a.max_message_size();
+  INFO("max_message_size " << limit);
+  REQUIRE(limit > 0);
+  REQUIRE(limit <= (std::size_t{1} << 31));
+  REQUIRE(limit < (std::size_t{64} << 20));  // rxe: 8 MiB; the buffers below are twice this
+  test_buffer local(p.pd, limit + 4096), remote(p.pd, limit + 4096);
+  p.run([&]() -> awaitable<void> {
+    constexpr auto tuple = asio::as_tuple(use_awaitable);
+    auto [e1, n1] = co_await p.a.async_write(local.span(0, limit + 1), remote.key(), tuple);
+    CHECK(e1 == cv::errc::message_too_long);
+    CHECK(n1 == 0);
+    auto [e2, n2] = co_await p.a.async_read(local.span(0, limit + 1), remote.key(), tuple);
+    CHECK(e2 == cv::errc::message_too_long);
+    auto [e3, n3] = co_await p.a.async_send(local.span(0, limit + 1), tuple);
+    CHECK(e3 == cv::errc::message_too_long);
+    CHECK(cv::error_code(cv::errc::message_too_long).message().find("max_msg_sz") != std::string::npos);
+    const auto got = co_await p.a.async_write(local.span(0, 128), remote.key());
+    CHECK(got == 128);
+  });
+  CHECK_FALSE(p.a.error());
+  CHECK(p.a.state() == IBV_QPS_RTS);
 }

@@ -8,6 +8,7 @@
 #include "loopback.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -22,6 +23,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <memory>
@@ -528,4 +530,84 @@ TEST_CASE_METHOD(fixture, "the next arena registers in the background before the
   }
   CHECK(pool.stats().exhausted == 0);
   CHECK(mrs_now() >= baseline + 2);
+}
+
+TEST_CASE_METHOD(fixture, "reg_mr without a service completes on the caller's executor, never inline nor on a worker",
+                 "[reg][executor]") {
+  // The default service has no loop of its own: the executor comes from the call or from the handler.
+  mapping m(3 * 4096);
+  outcome by_executor, by_context, bound;
+  cv::reg_mr(io.get_executor(), pd, m.span(0, 4096), rw, by_executor.handler());
+  cv::reg_mr(io, pd, m.span(4096, 4096), rw, by_context.handler());
+  cv::reg_mr(pd, m.span(8192, 4096), rw, asio::bind_executor(io, bound.handler()));
+  CHECK_FALSE(by_executor.ec); // never inside the initiating call
+  CHECK_FALSE(by_context.ec);
+  CHECK_FALSE(bound.ec);
+  // The handlers run only inside run(): a worker finishing first leaves them queued on `io`.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK_FALSE(by_executor.ec);
+  CHECK_FALSE(bound.ec);
+  io.run();
+  for (outcome* o : {&by_executor, &by_context, &bound}) {
+    REQUIRE(o->ec);
+    CHECK_FALSE(*o->ec);
+    CHECK(o->thread == std::this_thread::get_id());
+    CHECK(o->region);
+  }
+  // A coroutine's use_awaitable brings its executor: no executor argument needed.
+  std::optional<std::thread::id> awaited;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        cv::memory_region r = co_await cv::reg_mr(pd, m.span(0, 4096), rw);
+        CHECK(r);
+        awaited = std::this_thread::get_id();
+      },
+      asio::detached);
+  io.restart();
+  io.run();
+  REQUIRE(awaited);
+  CHECK(*awaited == std::this_thread::get_id());
+}
+
+TEST_CASE_METHOD(fixture, "read-only memory registered with mw_bind is refused naming mw_bind, not a write right",
+                 "[reg][errors]") {
+  // The kernel pins pages writable for mw_bind (a window may later grant remote write): EFAULT on read-only
+  // pages, although the rights ask for no write.
+  mapping m(8192);
+  REQUIRE(::mprotect(m.p, 8192, PROT_READ) == 0);
+  const auto rights = cv::access::remote_read | cv::access::mw_bind;
+  cv::registration_service service(io.get_executor());
+  outcome got;
+  cv::reg_mr(service, pd, m.span(), rights, got.handler());
+  io.run();
+  REQUIRE(got.ec);
+  INFO(got.ec->message());
+  CHECK(*got.ec == cv::errc::mw_bind_needs_writable_memory);
+  CHECK(*got.ec == boost::system::errc::bad_address);
+  CHECK(got.ec->message().find("mw_bind") != std::string::npos);
+  CHECK(got.ec->message().find("read-only") != std::string::npos);
+  { // the synchronous registration says the same
+    error_code ec;
+    cv::memory_region r(pd, m.span(), rights, ec);
+    CHECK(ec == cv::errc::mw_bind_needs_writable_memory);
+    CHECK_FALSE(r);
+    try {
+      cv::memory_region thrown(pd, m.span(), rights);
+      FAIL("read-only memory was registered with mw_bind");
+    } catch (const cv::system_error& e) {
+      CHECK(e.code() == cv::errc::mw_bind_needs_writable_memory);
+    }
+  }
+  // The way out the message gives: read-only memory with remote_read alone.
+  cv::memory_region readable(pd, m.span(), cv::access::remote_read);
+  CHECK(readable);
+  // Unmapped memory with the same rights is "not mapped", not "read-only".
+  mapping gone(4096);
+  const auto hole = gone.span();
+  gone.unmap();
+  error_code unmapped;
+  cv::memory_region none(pd, hole, rights, unmapped);
+  CHECK(unmapped == cv::errc::buffer_not_mapped);
+  REQUIRE(::mprotect(m.p, 8192, PROT_READ | PROT_WRITE) == 0);
 }

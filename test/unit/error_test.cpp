@@ -37,6 +37,18 @@ TEST_CASE("library conditions compare as errc and explain themselves", "[error]"
   CHECK(error_code(errc::range_outside_region) != errc::access_exceeds_region);
 }
 
+TEST_CASE("limits are named: the device's limits compare as EINVAL, mw_bind on read-only memory as EFAULT",
+          "[error]") {
+  const error_code limit = errc::device_limit_exceeded;
+  CHECK(limit == boost::system::errc::invalid_argument);
+  CHECK(limit.message().find("limit") != std::string::npos);
+  const error_code bind = errc::mw_bind_needs_writable_memory;
+  CHECK(bind == boost::system::errc::bad_address);
+  CHECK(bind.message().find("mw_bind") != std::string::npos);
+  CHECK(error_code(errc::buffer_not_mapped).message().find("mw_bind") != std::string::npos);
+  CHECK(error_code(errc::message_too_long).message().find("max_msg_sz") != std::string::npos);
+}
+
 TEST_CASE("a NULL-returning verb reports the errno it left", "[error]") {
   errno = ENOMEM;
   error_code ec = coverbs::verbs_null_result(nullptr);

@@ -383,6 +383,30 @@ TEST_CASE_METHOD(fixture, "EINVAL and EFAULT name the argument at fault and are 
   CHECK(service.stats().retries == 0);
 }
 
+TEST_CASE_METHOD(fixture, "EFAULT with mw_bind as the only write-pinning right names mw_bind when the pages exist",
+                 "[registration][errors]") {
+  // The kernel pins pages writable for mw_bind too; the pages are mapped, so they are read-only.
+  cv::registration_service service(io.get_executor(), options(), fake);
+  const auto rights = cv::access::remote_read | cv::access::mw_bind;
+  outcome read_only, hole;
+  fake->fail_next(cv::errno_code(EFAULT));
+  cv::reg_mr(service, pd, bytes(0, 4096), rights, read_only.handler());
+  io.run();
+  io.restart();
+  cv::test::mapping gone(4096);
+  const auto unmapped = gone.span();
+  gone.unmap();
+  fake->fail_next(cv::errno_code(EFAULT));
+  cv::reg_mr(service, pd, unmapped, rights, hole.handler());
+  io.run();
+  REQUIRE(read_only.ec);
+  CHECK(*read_only.ec == cv::errc::mw_bind_needs_writable_memory);
+  CHECK(*read_only.ec == boost::system::errc::bad_address);
+  CHECK(read_only.ec->message().find("mw_bind") != std::string::npos);
+  REQUIRE(hole.ec);
+  CHECK(*hole.ec == cv::errc::buffer_not_mapped);
+}
+
 TEST_CASE_METHOD(fixture, "rereg falls back to register-then-deregister on EOPNOTSUPP and says so",
                  "[registration][rereg]") {
   cv::registration_service service(io.get_executor(), options(), fake);

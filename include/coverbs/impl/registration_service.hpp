@@ -6,6 +6,7 @@
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/execution_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
 
@@ -85,11 +86,19 @@ struct request_canceller {
   }
 };
 
-template <typename Result>
+/// `NeedsOwnExecutor`: the request has no executor to fall back on (`reg_mr` on the default service without
+/// one): a handler without an associated executor of its own is refused at compile time.
+template <typename Result, bool NeedsOwnExecutor = false>
 struct initiate_request {
   template <typename Handler>
-  void operator()(Handler&& handler, registration_service* service, request_args args, memory_region region) const {
-    auto ex = boost::asio::get_associated_executor(handler, service->get_executor());
+  void operator()(Handler&& handler, registration_service* service, registration_service::executor_type fallback,
+                  request_args args, memory_region region) const {
+    static_assert(!NeedsOwnExecutor || has_associated_executor_v<Handler>,
+                  "reg_mr(pd, buffer, rights, handler): the handler has no associated executor, and the default "
+                  "registration service has no loop to run it on (it would run on a thread of Asio's system "
+                  "executor). Name the executor: reg_mr(io.get_executor(), pd, buffer, rights, handler) or "
+                  "reg_mr(io, pd, ...), or bind the handler: asio::bind_executor(ex, handler)");
+    auto ex = boost::asio::get_associated_executor(handler, fallback);
     using op_type = request_op<std::decay_t<Handler>, decltype(ex), Result>;
     auto alloc = boost::asio::get_associated_allocator(handler);
     using op_alloc = typename std::allocator_traits<decltype(alloc)>::template rebind_alloc<op_type>;
@@ -121,8 +130,20 @@ struct initiate_request {
 template <typename Result, typename CompletionToken>
 auto start_request(registration_service& service, CompletionToken&& token, request_args args,
                    memory_region region = {}) {
-  return boost::asio::async_initiate<CompletionToken, void(error_code, Result)>(initiate_request<Result>{}, token,
-                                                                                &service, args, std::move(region));
+  return boost::asio::async_initiate<CompletionToken, void(error_code, Result)>(
+      initiate_request<Result>{}, token, &service, service.get_executor(), args, std::move(region));
+}
+
+/// `reg_mr` on the default service: handlers complete on their associated executor, else on `fallback`; with
+/// no fallback (`NeedsOwnExecutor`) they must have one.
+template <bool NeedsOwnExecutor, typename CompletionToken>
+auto start_default_reg(registration_service::executor_type fallback, protection_domain& pd,
+                       std::span<std::byte> buffer, access rights, CompletionToken&& token) {
+  registration_service& service = default_registration_service();
+  if (!fallback) fallback = service.get_executor();
+  return boost::asio::async_initiate<CompletionToken, void(error_code, memory_region)>(
+      initiate_request<memory_region, NeedsOwnExecutor>{}, token, &service, std::move(fallback),
+      request_args{request_kind::reg, pd.native_handle(), buffer, rights, 0}, memory_region());
 }
 
 } // namespace coverbs::detail
@@ -139,7 +160,22 @@ auto reg_mr(registration_service& service, protection_domain& pd, std::span<std:
 
 template <typename CompletionToken>
 auto reg_mr(protection_domain& pd, std::span<std::byte> buffer, access rights, CompletionToken&& token) {
-  return reg_mr(default_registration_service(), pd, buffer, rights, std::forward<CompletionToken>(token));
+  return detail::start_default_reg<true>({}, pd, buffer, rights, std::forward<CompletionToken>(token));
+}
+
+template <typename Executor, typename CompletionToken>
+  requires detail::is_any_executor_v<Executor>
+auto reg_mr(const Executor& ex, protection_domain& pd, std::span<std::byte> buffer, access rights,
+            CompletionToken&& token) {
+  return detail::start_default_reg<false>(registration_service::executor_type(ex), pd, buffer, rights,
+                                          std::forward<CompletionToken>(token));
+}
+
+template <typename ExecutionContext, typename CompletionToken>
+  requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
+auto reg_mr(ExecutionContext& context, protection_domain& pd, std::span<std::byte> buffer, access rights,
+            CompletionToken&& token) {
+  return reg_mr(context.get_executor(), pd, buffer, rights, std::forward<CompletionToken>(token));
 }
 
 template <typename CompletionToken>
