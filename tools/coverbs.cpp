@@ -128,6 +128,7 @@ int main(int argc, char** argv) {
   if (cmd == "--help" || cmd == "-h") return usage(stdout);
   try {
     if (cmd == "devices") {
+      if (argc == 3 && (!std::strcmp(argv[2], "--help") || !std::strcmp(argv[2], "-h"))) return usage(stdout);
       if (argc == 3 && !std::strcmp(argv[2], "--windows")) return windows();
       if (argc > 3 || (argc == 3 && std::strcmp(argv[2], "--json"))) {
         std::fprintf(stderr, "coverbs devices: unknown argument '%s'\n", argv[argc - 1]);

@@ -16,6 +16,7 @@
 #include "../../tools/size_argument.hpp"
 
 #include <arpa/inet.h>
+#include <net/if.h>
 
 #include <algorithm>
 #include <chrono>
@@ -121,9 +122,15 @@ inline bool parse_number(std::string_view text, std::uint64_t min, std::uint64_t
   return true;
 }
 
+/// A numeric IPv4 or IPv6 address; an IPv6 one may name its interface ("fe80::1%veth0"), which a
+/// link-local address needs.
 inline bool numeric_address(const std::string& text) {
   unsigned char bytes[16];
-  return inet_pton(AF_INET, text.c_str(), bytes) == 1 || inet_pton(AF_INET6, text.c_str(), bytes) == 1;
+  if (inet_pton(AF_INET, text.c_str(), bytes) == 1 || inet_pton(AF_INET6, text.c_str(), bytes) == 1) return true;
+  const auto percent = text.find('%');
+  if (percent == std::string::npos || percent + 1 == text.size()) return false;
+  return inet_pton(AF_INET6, text.substr(0, percent).c_str(), bytes) == 1 &&
+         if_nametoindex(text.substr(percent + 1).c_str()) != 0;
 }
 
 /// `n` as written on the command line: "4096", or with `bytes` a whole "64M" where it divides.
@@ -166,6 +173,8 @@ inline std::optional<std::string> check_fits(std::string_view what, std::uint64_
 /// The reason `address` cannot be used, or nothing for a numeric IPv4 or IPv6 address.
 inline std::optional<std::string> check_address(const std::string& address) {
   if (detail::numeric_address(address)) return std::nullopt;
+  if (address.find('%') != std::string::npos)
+    return "'" + address + "' is not a numeric IPv6 address with an interface of this host (e.g. fe80::1%veth0)";
   return "'" + address + "' is not a numeric IPv4 or IPv6 address (rdma_cm connects without name lookup)";
 }
 

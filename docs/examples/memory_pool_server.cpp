@@ -69,6 +69,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -1525,6 +1526,13 @@ int main(int argc, char** argv) {
     if (const auto why = example::check_role(name, roles, *mode)) return bad(*why);
   if (address_given && address_option) return bad("give the address once: --listen ADDR PORT or --address ADDR");
   if (const auto why = example::check_address(address)) return bad(*why);
+  if (!server.ready_file.empty()) {  // refused now: a script waiting for the file would wait forever
+    const auto slash = server.ready_file.rfind('/');
+    const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : server.ready_file.substr(0, slash);
+    if (::access(folder.c_str(), W_OK | X_OK) != 0)
+      return bad("--ready-file " + server.ready_file + ": cannot write in folder '" + folder + "' (" +
+                 std::strerror(errno) + "); give a file in an existing, writable folder");
+  }
   if (*mode == role::listen && pool_size / 2 / slot_size == 0)
     return bad("--pool-size (" + std::to_string(pool_size) + " bytes) must hold at least two slots of --slot-size (" +
                std::to_string(slot_size) + " bytes), one per half: raise --pool-size or lower --slot-size");
@@ -1534,6 +1542,14 @@ int main(int argc, char** argv) {
     return bad("--grab does not mix with --admin or --after-compaction");
   if (*mode == role::listen)
     if (const auto why = example::check_fits("the pool", pool_size, "--pool-size", pool_size)) {
+      std::fprintf(stderr, "%s: %s\n", prog.c_str(), why->c_str());
+      return 1;
+    }
+  // Each client session registers an out and an in block of --size: refused here, before connecting,
+  // when they cannot fit in memory (rather than a session ending with std::bad_alloc).
+  if (*mode == role::connect && client.admin.empty())
+    if (const auto why = example::check_fits("the sessions' buffers (--clients x 2 x --size)", clients * 2 * size,
+                                             "--size", size)) {
       std::fprintf(stderr, "%s: %s\n", prog.c_str(), why->c_str());
       return 1;
     }
