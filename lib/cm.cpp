@@ -1046,8 +1046,17 @@ listener::listener(const executor_type& ex, std::string_view address, std::uint1
   impl_->enroll_in_context();
   throw_on_error(verbs_errno_result(rdma_create_id(impl_->channel_->channel, &impl_->id_, impl_.get(), RDMA_PS_TCP)),
                  "rdma_create_id");
-  throw_on_error(verbs_errno_result(rdma_bind_addr(impl_->id_, reinterpret_cast<sockaddr*>(&a))),
-                 "rdma_bind_addr(" + where + ")");
+  if (const error_code ec = verbs_errno_result(rdma_bind_addr(impl_->id_, reinterpret_cast<sockaddr*>(&a)))) {
+    // The errno alone (EADDRNOTAVAIL, EADDRINUSE) leaves a user guessing; keep it, and say what to do.
+    std::string what = "rdma_bind_addr(" + where + ")";
+    if (ec == boost::system::errc::address_not_available)
+      what += ": no RDMA device has this address; listen on the address of an RDMA-capable interface "
+              "(`coverbs devices` lists each device's addresses) or on \"\" for all of them";
+    else if (ec == boost::system::errc::address_in_use)
+      what += ": another listener holds this port; choose another port, or 0 for one the system picks "
+              "(listener::local_port() tells which)";
+    throw system_error(ec, what);
+  }
   throw_on_error(verbs_errno_result(rdma_listen(impl_->id_, options.backlog)), "rdma_listen(" + where + ")");
   if (impl_->id_->verbs) impl_->device_ = device::adopt(impl_->id_->verbs);
 }
