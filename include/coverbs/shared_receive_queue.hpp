@@ -37,7 +37,13 @@
 /// (ibv_destroy_srq(3) refuses an SRQ in use: the SRQ is then leaked and a message printed). Destroying the
 /// SRQ completes every posted and waiting receive and a pending `async_wait_limit` with `operation_aborted`
 /// (posted to their executors, never run inside the destructor); completions already in `recv_cq` are
-/// delivered first.
+/// delivered first. As every Asio I/O object, it is destroyed before its execution context.
+///
+/// @par A queue pair that fails
+/// A queue pair attached to the SRQ that goes to the error state (its peer vanished, a device event) does
+/// not affect the SRQ: receives it had already taken complete with its `qp_num` and `wr_flush_err` (or the
+/// device's status); the rest stay posted for the other queue pairs. A server treats such a completion as
+/// the end of that connection, not of the SRQ.
 ///
 /// @par Thread Safety
 /// Distinct objects: safe. Shared objects: unsafe; use an SRQ (and its queue pairs) from its completion

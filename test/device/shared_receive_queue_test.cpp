@@ -249,6 +249,26 @@ TEST_CASE("the low watermark fires and replenishing on it keeps a fan-in of more
   CHECK(f.srq.waiting() == 0);
 }
 
+TEST_CASE("a queue pair of the SRQ that fails leaves the SRQ working for the others", "[srq][errors]") {
+  srq_fixture f(2, {.max_wr = 8, .max_sge = 1, .limit = 0});
+  test_buffer in(f.pd, 4 * slot), out(f.pd, slot);
+  std::vector<test::completion<cv::srq_received>> r(4);
+  for (std::size_t i = 0; i < 4; ++i)
+    f.srq.async_recv(in.span(i * slot, slot), r[i].handler());
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  f.receivers[0].modify(attr, IBV_QP_STATE);  // as a peer's disconnect or a fatal event would
+  test::completion<std::size_t> sent;
+  f.senders[1].async_send(out.span(0, 7), sent.handler());
+  REQUIRE(f.run_until([&] { return r[0].done() && sent.done(); }));
+  CHECK_FALSE(*sent.ec);
+  CHECK_FALSE(*r[0].ec);
+  CHECK(r[0].value.qp_num == f.receivers[1].qp_num());
+  CHECK(r[0].value.bytes == 7);
+  CHECK(f.srq.posted() == 3);  // the failed queue pair took none of them
+  CHECK_FALSE(r[1].done());
+}
+
 TEST_CASE("a queue pair attached to an SRQ refuses its own async_recv with receive_queue_is_shared",
           "[srq][errors]") {
   srq_fixture f(1, {.max_wr = 4, .max_sge = 1, .limit = 0});
