@@ -4,6 +4,10 @@
 // is refused with the errc that names it.
 #include "../support/rc_pair.hpp"
 
+#ifdef COVERBS_HAS_RDMACM
+#include <coverbs/cm.hpp>
+#endif
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -374,3 +378,78 @@ TEST_CASE("destroying an SRQ aborts its posted and waiting receives, and cancell
   CHECK(*limit_ec == asio::error::operation_aborted);
   CHECK(cq.outstanding() == 0);
 }
+
+#ifdef COVERBS_HAS_RDMACM
+TEST_CASE("connections accepted onto one SRQ: every message of every client arrives, reported with its connection",
+          "[srq][cm]") {
+  constexpr std::size_t clients = 4, per_client = 8, total = clients * per_client;
+  test::event_loop loop;
+  const auto ex = loop.io.get_executor();
+  cv::listener l(ex, "10.77.0.1", 0);
+  cv::protection_domain pd(l.get_device());
+  cv::completion_queue cq(loop.io, l.get_device());
+  cv::shared_receive_queue srq(pd, cq, {.max_wr = total, .max_sge = 1, .limit = 0});
+  test_buffer in(pd, total * slot);
+  std::vector<cv::connection> client_conns, server_conns;  // destroyed before the SRQ
+  std::vector<std::unique_ptr<test_buffer>> out;           // in the clients' own protection domains
+
+  std::size_t received = 0, sent = 0;
+  std::vector<std::string> failures;
+  std::map<std::size_t, std::uint32_t> qp_of_client;
+  for (std::size_t i = 0; i < total; ++i)
+    srq.async_recv(in.span(i * slot, slot), [&, i](error_code ec, cv::srq_received r) {
+      if (ec) return failures.push_back("receive: " + ec.message());
+      const std::size_t c = r.imm ? *r.imm >> 16 : clients, k = r.imm ? *r.imm & 0xffff : 0;
+      if (c >= clients || r.bytes != slot || in.str(i * slot, slot) != message(c, k))
+        return failures.push_back("message " + std::to_string(i) + " not as sent");
+      if (!qp_of_client.emplace(c, r.qp_num).first->second || qp_of_client[c] != r.qp_num)
+        failures.push_back("client " + std::to_string(c) + " reported on two queue pairs");
+      ++received;
+    });
+
+  cv::connection_options so;
+  so.pd = &pd;
+  so.cq = &cq;
+  so.qp.srq = &srq;
+  asio::co_spawn(
+      ex,
+      [&]() -> asio::awaitable<void> {
+        for (std::size_t c = 0; c < clients; ++c)
+          server_conns.push_back(co_await l.async_accept(so, asio::use_awaitable));
+      },
+      asio::detached);
+  for (std::size_t c = 0; c < clients; ++c)
+    asio::co_spawn(
+        ex,
+        [&, c]() -> asio::awaitable<void> {
+          // Named first: GCC 12 frees a temporary of a co_await expression twice (programming-model.md).
+          const cv::connect_options options;
+          const std::uint16_t port = l.local_port();
+          cv::connection conn = co_await cv::async_connect(ex, "10.77.0.1", port, options, asio::use_awaitable);
+          auto& buf = *out.emplace_back(std::make_unique<test_buffer>(conn.pd(), per_client * slot));
+          cv::queue_pair& qp = conn.qp();
+          client_conns.push_back(std::move(conn));
+          for (std::size_t k = 0; k < per_client; ++k) {
+            std::memcpy(buf.bytes.data() + k * slot, message(c, k).data(), slot);
+            auto [ec, n] = co_await qp.async_send_with_imm(buf.span(k * slot, slot), std::uint32_t(c << 16 | k),
+                                                            asio::as_tuple(asio::use_awaitable));
+            if (ec) failures.push_back("send: " + ec.message());
+            ++sent;
+          }
+        },
+        asio::detached);
+  REQUIRE(loop.run_until([&] { return (received == total && sent == total) || !failures.empty(); },
+                         std::chrono::seconds(120)));
+  CHECK(failures.empty());
+  CHECK(received == total);
+  REQUIRE(server_conns.size() == clients);
+  std::set<std::uint32_t> server_qps, reported;
+  for (auto& c : server_conns)
+    server_qps.insert(c.qp().qp_num());
+  for (auto& [c, qp] : qp_of_client)
+    reported.insert(qp);
+  CHECK(reported == server_qps);  // one queue pair per client, each an accepted connection's
+  CHECK(srq.attached() == clients);
+  CHECK(srq.posted() == 0);
+}
+#endif
