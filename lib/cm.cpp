@@ -513,6 +513,7 @@ public:
     p.retry_count = options_.retry_count;
     p.rnr_retry_count = options_.rnr_retry_count;
     p.qp_num = qp_->qp_num();
+    p.srq = options_.qp.srq ? 1 : 0;  // the REQ/REP's SRQ bit (IBA 12.7.26)
     return p;
   }
 

@@ -3,6 +3,7 @@
 
 #include "cq_impl.hpp"
 #include "qp_impl.hpp"
+#include "srq_impl.hpp"
 
 #include <boost/asio/post.hpp>
 
@@ -206,7 +207,10 @@ void cq_impl::handle(const ibv_wc& wc, bool may_dispatch) {
   --outstanding_;
   ++stats_.completions;
   auto* node = reinterpret_cast<wr_node*>(static_cast<std::uintptr_t>(wc.wr_id));
-  qp_on_completion(node->qp, node, wc, may_dispatch);
+  if (node->srq)
+    srq_on_completion(node->srq, node, wc, may_dispatch);
+  else
+    qp_on_completion(node->qp, node, wc, may_dispatch);
 }
 
 std::size_t cq_impl::drain(bool may_dispatch, std::size_t limit) {

@@ -60,6 +60,7 @@ namespace {
 
 struct context_entry {
   std::unordered_map<ibv_qp*, std::shared_ptr<qp_registration>> qps;
+  std::unordered_map<ibv_srq*, std::shared_ptr<srq_registration>> srqs;
   bool events_claimed = false;
 };
 
@@ -74,7 +75,7 @@ registry& the_registry() {
 }
 
 void forget_if_empty(registry& r, std::unordered_map<ibv_context*, context_entry>::iterator it) {
-  if (it->second.qps.empty() && !it->second.events_claimed) r.contexts.erase(it);
+  if (it->second.qps.empty() && it->second.srqs.empty() && !it->second.events_claimed) r.contexts.erase(it);
 }
 
 }  // namespace
@@ -85,15 +86,24 @@ void register_qp(const std::shared_ptr<qp_registration>& e) {
   r.contexts[e->context].qps.emplace(e->qp, e);
 }
 
-void unregister_qp(const std::shared_ptr<qp_registration>& e) noexcept {
+namespace {
+/// Clears `e->impl` and removes `e` (keyed by its `key` member) from its context's `map`.
+template <class Entry, class Key>
+void unregister_entry(const std::shared_ptr<Entry>& e, Key Entry::*key,
+                      std::unordered_map<Key, std::shared_ptr<Entry>> context_entry::*map) noexcept {
   if (!e) return;
   registry& r = the_registry();
   std::lock_guard lock(r.mutex);
   e->impl = nullptr;
   auto it = r.contexts.find(e->context);
   if (it == r.contexts.end()) return;
-  it->second.qps.erase(e->qp);
+  (it->second.*map).erase((*e).*key);
   forget_if_empty(r, it);
+}
+}  // namespace
+
+void unregister_qp(const std::shared_ptr<qp_registration>& e) noexcept {
+  unregister_entry(e, &qp_registration::qp, &context_entry::qps);
 }
 
 std::size_t fail_queue_pairs(ibv_context* context, const std::function<bool(const qp_registration&)>& match,
@@ -128,6 +138,39 @@ std::size_t fail_queue_pairs(ibv_context* context, const std::function<bool(cons
     }
   }
   return n;
+}
+
+void register_srq(const std::shared_ptr<srq_registration>& e) {
+  registry& r = the_registry();
+  std::lock_guard lock(r.mutex);
+  r.contexts[e->context].srqs.emplace(e->srq, e);
+}
+
+void unregister_srq(const std::shared_ptr<srq_registration>& e) noexcept {
+  unregister_entry(e, &srq_registration::srq, &context_entry::srqs);
+}
+
+bool notify_srq_limit(ibv_context* context, ibv_srq* srq) noexcept {
+  registry& r = the_registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.contexts.find(context);
+  if (it == r.contexts.end()) return false;
+  auto found = it->second.srqs.find(srq);
+  if (found == it->second.srqs.end() || !found->second->impl) return false;
+  try {
+    boost::asio::post(found->second->executor, [e = found->second] {
+      shared_receive_queue_impl* s;
+      {
+        std::lock_guard inner(the_registry().mutex);
+        s = e->impl;
+      }
+      // The SRQ is destroyed on this executor, so it cannot go away between the read and the call.
+      if (s) srq_on_limit_reached(s);
+    });
+  } catch (...) {
+    return false;  // out of memory: the event is still reported through async_wait_event
+  }
+  return true;
 }
 
 bool claim_async_events(ibv_context* context) noexcept {
@@ -295,6 +338,7 @@ private:
           context_, [cq](const qp_registration& r) { return r.send_cq == cq || r.recv_cq == cq; }, errc::cq_error);
       break;
     }
+    case IBV_EVENT_SRQ_LIMIT_REACHED: notify_srq_limit(context_, e.srq); break;
     default: break;
     }
   }

@@ -242,6 +242,13 @@ std::string coverbs_category_impl::message(int ev) const {
            "pins memory writable for mw_bind (a window bound later may grant remote write), so read-only memory "
            "cannot carry windows; register it without mw_bind (remote_read alone, and hand out the region's "
            "rkey), or register writable memory";
+  case errc::receive_queue_is_shared:
+    return "the queue pair is attached to a shared receive queue (queue_pair_options::srq): post its receives "
+           "with shared_receive_queue::async_recv, which reports the queue pair a message arrived on (qp_num)";
+  case errc::srq_cq_mismatch:
+    return "a queue pair attached to a shared receive queue must use the SRQ's completion queue as its receive "
+           "completion queue (completions of SRQ receives arrive there): create the queue pair (or set "
+           "connection_options::cq) with the completion queue the shared_receive_queue was created on";
   case errc::executor_mismatch:
     return "the completion queue is serviced by another executor than the queue pair or connection using it: "
            "a queue pair's send and receive queues, and a connection's connection_options::cq, must be on the "

@@ -13,6 +13,7 @@ namespace coverbs::detail {
 
 class cq_impl;
 struct qp_registration;
+class shared_receive_queue_impl;
 
 /// A FIFO of nodes linked through wr_node::next.
 struct node_fifo {
@@ -61,9 +62,12 @@ public:
   gid_entry gid_;
   port_attributes port_;
   std::shared_ptr<qp_registration> registration_;  // in the device's registry of live queue pairs
+  shared_receive_queue_impl* srq_ = nullptr;       // queue_pair_options::srq: receives come from there
 
 private:
   work_queue& queue_of(const wr_node* n) noexcept { return n->is_recv ? rq_ : sq_; }
+  /// Checks and records `queue_pair_options::srq` (called first by the constructor).
+  void attach_srq(ibv_pd* pd, shared_receive_queue_impl* srq);
   void post_now(wr_node* n);
   void pump(work_queue& q);
   void flush_waiting(work_queue& q);
@@ -71,5 +75,7 @@ private:
 };
 
 void qp_on_completion(queue_pair_impl* qp, wr_node* node, const ibv_wc& wc, bool may_dispatch);
+/// Fills the receive work request of `n` (wr_id = n) over `buf`; `errc::message_too_long` above 2^31 bytes.
+error_code fill_recv(wr_node& n, const registered_span& buf);
 
 }  // namespace coverbs::detail

@@ -17,6 +17,7 @@
 namespace coverbs::detail {
 
 class queue_pair_impl;
+class shared_receive_queue_impl;
 
 /// One live queue pair. `impl` is read and cleared under the registry mutex; `cause` is set before the
 /// queue pair is moved to the error state; the other fields never change after registration.
@@ -55,5 +56,20 @@ void release_async_events(ibv_context* context) noexcept;
 
 /// On the queue pair's executor: the device reported `cause` (see fail_queue_pairs).
 void qp_on_async_error(queue_pair_impl* qp, const error_code& cause);
+
+/// One live coverbs shared receive queue, so IBV_EVENT_SRQ_LIMIT_REACHED reaches it. `impl` is read and
+/// cleared under the registry mutex; the other fields never change after registration.
+struct srq_registration {
+  ibv_context* context = nullptr;
+  ibv_srq* srq = nullptr;
+  boost::asio::any_io_executor executor;  // the SRQ's (its completion queue's)
+  shared_receive_queue_impl* impl = nullptr;  // null once the SRQ is being destroyed
+};
+void register_srq(const std::shared_ptr<srq_registration>& entry);
+void unregister_srq(const std::shared_ptr<srq_registration>& entry) noexcept;
+/// Posts `srq_on_limit_reached` to the executor of the registered SRQ `srq` of `context`; false if none.
+bool notify_srq_limit(ibv_context* context, ibv_srq* srq) noexcept;
+/// On the SRQ's executor: IBV_EVENT_SRQ_LIMIT_REACHED arrived for it.
+void srq_on_limit_reached(shared_receive_queue_impl* srq);
 
 }  // namespace coverbs::detail

@@ -5,6 +5,7 @@
 #include "device_internal.hpp"
 #include "qp_impl.hpp"
 #include "qp_registry.hpp"
+#include "srq_impl.hpp"
 #include "window_internal.hpp"
 
 #include <boost/asio/error.hpp>
@@ -85,7 +86,10 @@ std::uint64_t result_atomic(const wr_node& n) noexcept {
   return v;
 }
 
-void cancel_node(wr_node* node, boost::asio::cancellation_type type) noexcept { node->qp->cancel(node, type); }
+void cancel_node(wr_node* node, boost::asio::cancellation_type type) noexcept {
+  if (node->srq) return srq_cancel(node->srq, node, type);
+  node->qp->cancel(node, type);
+}
 
 void qp_on_completion(queue_pair_impl* qp, wr_node* node, const ibv_wc& wc, bool may_dispatch) {
   qp->on_completion(node, wc, may_dispatch);
@@ -164,7 +168,12 @@ error_code prepare_send(queue_pair_impl* qp, wr_node& n, const registered_span& 
   return {};
 }
 
-error_code prepare_recv(queue_pair_impl*, wr_node& n, const registered_span& buf) {
+error_code prepare_recv(queue_pair_impl* qp, wr_node& n, const registered_span& buf) {
+  if (qp->srq_) return errc::receive_queue_is_shared;
+  return fill_recv(n, buf);
+}
+
+error_code fill_recv(wr_node& n, const registered_span& buf) {
   if (buf.size() > max_message) return errc::message_too_long;
   n.is_recv = true;
   n.sge = buf.to_sge();
@@ -209,8 +218,9 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
   if (send_cq.executor_ != recv_cq.executor_)
     throw system_error(make_error_code(errc::executor_mismatch),
                        "queue_pair: the send and receive completion queues must share an executor");
+  if (options.srq) attach_srq(pd, options.srq->impl());
   const bool same = &send_cq == &recv_cq;
-  const std::size_t need_send = options.max_send_wr, need_recv = options.max_recv_wr;
+  const std::size_t need_send = options_.max_send_wr, need_recv = options_.max_recv_wr;
   if (same ? !send_cq.reserve(need_send + need_recv) : !send_cq.reserve(need_send))
     throw system_error(make_error_code(errc::cq_overcommitted),
                        "queue_pair(max_send_wr=" + std::to_string(need_send) +
@@ -235,9 +245,9 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
     ibv_device_attr attr{};
     throw_on_error(verbs_status_result(ibv_query_device(context, &attr)), "ibv_query_device");
     check_limit("max_send_wr", options.max_send_wr, static_cast<std::uint64_t>(attr.max_qp_wr), "max_qp_wr", context);
-    check_limit("max_recv_wr", options.max_recv_wr, static_cast<std::uint64_t>(attr.max_qp_wr), "max_qp_wr", context);
+    check_limit("max_recv_wr", options_.max_recv_wr, static_cast<std::uint64_t>(attr.max_qp_wr), "max_qp_wr", context);
     check_limit("max_send_sge", options.max_send_sge, static_cast<std::uint64_t>(attr.max_sge), "max_sge", context);
-    check_limit("max_recv_sge", options.max_recv_sge, static_cast<std::uint64_t>(attr.max_sge), "max_sge", context);
+    check_limit("max_recv_sge", options_.max_recv_sge, static_cast<std::uint64_t>(attr.max_sge), "max_sge", context);
     // Checked here, not at connect(), where ibv_modify_qp would only say EINVAL.
     check_limit("max_rd_atomic", options.max_rd_atomic, static_cast<std::uint64_t>(attr.max_qp_init_rd_atom),
                 "max_qp_init_rd_atom", context);
@@ -268,9 +278,10 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
     init.qp_type = IBV_QPT_RC;
     init.sq_sig_all = 0;
     init.cap.max_send_wr = options.max_send_wr;
-    init.cap.max_recv_wr = options.max_recv_wr;
+    init.cap.max_recv_wr = options_.max_recv_wr;
     init.cap.max_send_sge = options.max_send_sge;
-    init.cap.max_recv_sge = options.max_recv_sge;
+    init.cap.max_recv_sge = options_.max_recv_sge;
+    if (srq_) init.srq = srq_->srq_;
     init.cap.max_inline_data = options.max_inline_data;
     const ibv_qp_init_attr asked = init;
     qp_ = ibv_create_qp(pd, &init);
@@ -281,7 +292,7 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
                                                ", max_inline_data=" + std::to_string(options.max_inline_data) + ")");
     // The provider may grant more than asked; credits follow what we asked for (the CQ reservation).
     sq_.credits = std::min(init.cap.max_send_wr, options.max_send_wr);
-    rq_.credits = std::min(init.cap.max_recv_wr, options.max_recv_wr);
+    rq_.credits = std::min(init.cap.max_recv_wr, options_.max_recv_wr);
     max_inline_ = init.cap.max_inline_data;
     std::random_device rd;
     psn_ = rd() & 0xffffff;
@@ -295,6 +306,7 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
     r->impl = this;
     register_qp(r);
     registration_ = std::move(r);
+    if (srq_) ++srq_->attached_;
   } catch (...) {
     if (qp_) ibv_destroy_qp(qp_);
     qp_ = nullptr;
@@ -326,12 +338,28 @@ queue_pair_impl::~queue_pair_impl() {
   flush_waiting(rq_);
   if (const error_code ec = verbs_status_result(ibv_destroy_qp(qp_)))
     std::fprintf(stderr, "coverbs: ibv_destroy_qp failed (%s)\n", ec.message().c_str());
+  else if (srq_)
+    --srq_->attached_;
   if (send_cq_ == recv_cq_)
     send_cq_->unreserve(options_.max_send_wr + options_.max_recv_wr);
   else {
     send_cq_->unreserve(options_.max_send_wr);
     recv_cq_->unreserve(options_.max_recv_wr);
   }
+}
+
+void queue_pair_impl::attach_srq(ibv_pd* pd, shared_receive_queue_impl* srq) {
+  if (!srq || !srq->srq_) throw system_error(errno_code(EBADF), "queue_pair_options::srq: the SRQ is moved-from");
+  if (srq->pd_ != pd)
+    throw system_error(make_error_code(errc::pd_mismatch),
+                       "queue_pair_options::srq: the shared receive queue is in another protection domain");
+  if (srq->cq_ != recv_cq_)
+    throw system_error(make_error_code(errc::srq_cq_mismatch),
+                       "queue_pair_options::srq: the queue pair's receive completion queue is not the one the "
+                       "shared receive queue was created on");
+  srq_ = srq;
+  options_.max_recv_wr = 0;  // the queue pair's own receive queue is not used
+  options_.max_recv_sge = 0;
 }
 
 void queue_pair_impl::fail(wr_node* n, error_code ec) {

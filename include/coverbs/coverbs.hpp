@@ -15,6 +15,7 @@
 #include <coverbs/queue_pair.hpp>
 #include <coverbs/registration_cache.hpp>
 #include <coverbs/registration_service.hpp>
+#include <coverbs/shared_receive_queue.hpp>
 #include <coverbs/window_pool.hpp>
 #if defined(COVERBS_HAS_RDMACM)  // set by coverbs' dependency / coverbs.pc when built with librdmacm
 #include <coverbs/cm.hpp>

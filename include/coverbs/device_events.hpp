@@ -15,7 +15,8 @@
 /// | IBV_EVENT_DEVICE_FATAL | every coverbs queue pair of this device is moved to the error state; `errc::device_fatal` |
 /// | IBV_EVENT_QP_FATAL, IBV_EVENT_QP_REQ_ERR, IBV_EVENT_QP_ACCESS_ERR | that queue pair is moved to the error state (the device already did, IBA 11.6.3); `errc::qp_fatal`, `qp_request_error`, `qp_access_error` |
 /// | IBV_EVENT_CQ_ERR | the queue pairs using that completion queue are moved to the error state; `errc::cq_error` |
-/// | IBV_EVENT_PORT_ACTIVE, IBV_EVENT_QP_LAST_WQE_REACHED, IBV_EVENT_SRQ_LIMIT_REACHED, IBV_EVENT_SRQ_ERR, and every other kind | reported only |
+/// | IBV_EVENT_SRQ_LIMIT_REACHED | the SRQ's pending `shared_receive_queue::async_wait_limit` complete (on the SRQ's executor) |
+/// | IBV_EVENT_PORT_ACTIVE, IBV_EVENT_QP_LAST_WQE_REACHED, IBV_EVENT_SRQ_ERR, and every other kind | reported only |
 ///
 /// A queue pair in the error state completes everything outstanding with `wc_errc::wr_flush_err` (or the
 /// status the device gives), through its own completion queue on its own executor, and fails later

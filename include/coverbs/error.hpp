@@ -193,10 +193,19 @@ enum class errc : int {
   /// executor than the one the queue pair or connection is bound to (executors compared with `==`).
   executor_mismatch,
 
+  // --- shared receive queues (shared_receive_queue.hpp) ---
+  /// `queue_pair::async_recv` on a queue pair attached to a shared receive queue: its receives are posted
+  /// with `shared_receive_queue::async_recv`.
+  receive_queue_is_shared,
+  /// A queue pair attached to a shared receive queue (`queue_pair_options::srq`) must use the SRQ's
+  /// completion queue as its receive completion queue.
+  srq_cq_mismatch,
+
   // --- limits of the device ---
   /// A requested size exceeds the device's limit: a queue pair's max_send_wr / max_recv_wr (max_qp_wr),
   /// max_send_sge / max_recv_sge (max_sge), max_rd_atomic / max_dest_rd_atomic (max_qp_init_rd_atom /
-  /// max_qp_rd_atom), max_inline_data, or a completion queue's depth (max_cqe). The
+  /// max_qp_rd_atom), max_inline_data, a completion queue's depth (max_cqe), a shared receive queue's max_wr
+  /// (max_srq_wr) or max_sge (max_srq_sge). The
   /// exception's text names the option, the value asked for and the device's limit. Equivalent to
   /// `boost::system::errc::invalid_argument` (the verb's EINVAL).
   device_limit_exceeded,

@@ -43,6 +43,7 @@
 namespace coverbs {
 
 class protection_domain;
+class shared_receive_queue;
 
 /// What a peer needs to connect to a queue pair (exchanged out of band, e.g. over TCP).
 struct queue_pair_address {
@@ -69,6 +70,12 @@ struct queue_pair_options {
   std::uint8_t max_dest_rd_atomic = 0;  ///< as responder; 0: device maximum (<= 16)
   /// What the peer may do to memory through this queue pair (qp_access_flags).
   access remote_access = access::remote_write | access::remote_read | access::remote_atomic;
+  /// Attach the queue pair to this shared receive queue (ibv_qp_init_attr::srq): messages to it consume the
+  /// SRQ's receives (`shared_receive_queue::async_recv`, reporting this queue pair's qp_num), max_recv_wr and
+  /// max_recv_sge are ignored, and `queue_pair::async_recv` fails with `errc::receive_queue_is_shared`. The
+  /// receive completion queue must be the SRQ's (`errc::srq_cq_mismatch`), the protection domain too
+  /// (`errc::pd_mismatch`); the SRQ outlives the queue pair.
+  shared_receive_queue* srq = nullptr;
 };
 
 namespace detail {
@@ -174,7 +181,8 @@ public:
 
   /// Posts a receive into `buf` (ibv_post_recv(3)).
   /// @par Completion Signature `void(error_code, received)`: bytes placed, immediate data, invalidated rkey.
-  /// @par Errors `wc_errc::loc_len_err` (the message was larger than `buf`), `wr_flush_err`.
+  /// @par Errors `wc_errc::loc_len_err` (the message was larger than `buf`), `wr_flush_err`,
+  /// `errc::receive_queue_is_shared` (before posting: the queue pair is attached to a shared receive queue).
   template <class Token = default_token>
   auto async_recv(registered_span buf, Token&& token = default_token{}) {
     return initiate<detail::result_kind::receive, void(error_code, received)>(

@@ -37,6 +37,7 @@ struct received {
 namespace detail {
 
 class queue_pair_impl;
+class shared_receive_queue_impl;
 
 /// How a finished work request is turned into completion arguments.
 enum class result_kind : std::uint8_t {
@@ -45,6 +46,7 @@ enum class result_kind : std::uint8_t {
   atomic,   ///< void(error_code, std::uint64_t): the old value, read from the local result buffer
   key,     ///< void(error_code, remote_key): wr_node::key (memory-window binds)
   none,     ///< void(error_code)
+  srq_receive,  ///< void(error_code, srq_received): a receive posted on a shared receive queue
 };
 
 /// Where a node is in its life.
@@ -58,7 +60,9 @@ struct wr_node {
 
   complete_fn complete = nullptr;
   queue_pair_impl* qp = nullptr;
+  shared_receive_queue_impl* srq = nullptr;  // set instead of `qp` for a shared receive queue's operations
   wr_node* next = nullptr;  // credit wait queue (FIFO)
+  wr_node* prev = nullptr;  // a shared receive queue's list of posted receives (with `next`)
   node_state state = node_state::waiting_credit;
   result_kind kind = result_kind::length;
   bool is_recv = false;

@@ -1,0 +1,194 @@
+#pragma once
+/// @file
+/// `shared_receive_queue`: a shared receive queue (SRQ, ibv_create_srq(3), IBA 10.2.9) whose receives are
+/// Asio asynchronous operations. Receives are posted once for many queue pairs: a message sent to any
+/// queue pair attached to the SRQ consumes the SRQ's oldest posted receive, so a server with N connections
+/// needs receive buffers for the messages in flight, not N receive queues' worth.
+///
+/// @par The completion queue
+/// The completion of an SRQ receive arrives on the *receive completion queue of the queue pair the message
+/// came to* (IBA 11.4.2.1), which is not known when the receive is posted. coverbs therefore binds an SRQ to
+/// one completion queue, `recv_cq`, and every queue pair attached to it must use that queue as its receive
+/// completion queue (`queue_pair_options::srq`; otherwise `errc::srq_cq_mismatch`). So every completion of
+/// the SRQ is found by the loop that services `recv_cq`, on the SRQ's executor, and completes its handler on
+/// the handler's associated executor (default: the SRQ's) — as for a queue pair's receive. The queue pairs
+/// may have their own send completion queues (on the same executor).
+///
+/// @par Receive credits
+/// At most `srq_options::max_wr` receives are posted at a time; more `async_recv` calls wait in FIFO order
+/// and are posted as receives complete — they never fail for lack of room.
+///
+/// @par Low watermark
+/// `set_limit(n)` arms the SRQ limit (ibv_modify_srq(3), IBV_SRQ_LIMIT): when fewer than `n` receives
+/// remain posted, the device raises IBV_EVENT_SRQ_LIMIT_REACHED once and disarms the limit (IBA 11.5.2.4:
+/// the limit is one-shot). `async_wait_limit` completes on that event; call `set_limit` again to re-arm.
+/// The event is read by the device's `device_events` object: without one nobody reads it and
+/// `async_wait_limit` waits until the SRQ is destroyed.
+///
+/// @par Cancellation
+/// A receive still waiting for a credit is cancelled at once (terminal, partial or total) with
+/// `operation_aborted`. A posted receive cannot be recalled: verbs has no verb that removes one receive
+/// from an SRQ, and unlike a queue pair an SRQ has no error state that would flush it. Cancellation of a
+/// posted receive is therefore not supported (ignored): it completes when a message consumes it, or with
+/// `operation_aborted` when the SRQ is destroyed. A pending `async_wait_limit` is cancelled at once.
+///
+/// @par Lifetime
+/// The protection domain and `recv_cq` outlive the SRQ; the queue pairs attached to it are destroyed first
+/// (ibv_destroy_srq(3) refuses an SRQ in use: the SRQ is then leaked and a message printed). Destroying the
+/// SRQ completes every posted and waiting receive and a pending `async_wait_limit` with `operation_aborted`
+/// (posted to their executors, never run inside the destructor); completions already in `recv_cq` are
+/// delivered first. As every Asio I/O object, it is destroyed before its execution context.
+///
+/// @par A queue pair that fails
+/// A queue pair attached to the SRQ that goes to the error state (its peer vanished, a device event) does
+/// not affect the SRQ: receives it had already taken complete with its `qp_num` and `wr_flush_err` (or the
+/// device's status); the rest stay posted for the other queue pairs. A server treats such a completion as
+/// the end of that connection, not of the SRQ.
+///
+/// @par Thread Safety
+/// Distinct objects: safe. Shared objects: unsafe; use an SRQ (and its queue pairs) from its completion
+/// queue's executor.
+
+#include <coverbs/buffer.hpp>
+#include <coverbs/completion_queue.hpp>
+#include <coverbs/detail/wr_node.hpp>
+#include <coverbs/error.hpp>
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <memory>
+
+namespace coverbs {
+
+class protection_domain;
+
+/// Sizes of a shared receive queue (ibv_srq_init_attr).
+struct srq_options {
+  /// Receives posted at a time (ibv_srq_attr::max_wr); at most the device's max_srq_wr. Also reserved in
+  /// the completion queue (its depth must hold them with the queue pairs' send queues).
+  std::uint32_t max_wr = 1024;
+  /// Scatter entries per receive (ibv_srq_attr::max_sge); at most the device's max_srq_sge.
+  std::uint32_t max_sge = 1;
+  /// Initial low watermark (ibv_srq_attr::srq_limit, see `set_limit`); 0: not armed.
+  std::uint32_t limit = 0;
+};
+
+/// What a receive on a shared receive queue reports: what a queue pair's receive reports, and which queue
+/// pair the message arrived on (ibv_wc::qp_num).
+struct srq_received : received {
+  std::uint32_t qp_num = 0;  ///< the local queue pair (`queue_pair::qp_num()`) the message was sent to
+};
+
+namespace detail {
+class shared_receive_queue_impl;
+error_code prepare_srq_recv(shared_receive_queue_impl* srq, wr_node& n, const registered_span& buf);
+void srq_start(shared_receive_queue_impl* srq, wr_node* node, error_code ec);
+void srq_start_wait_limit(shared_receive_queue_impl* srq, wr_node* node);
+srq_received result_srq_received(const ibv_wc* wc) noexcept;
+
+template <>
+struct result_for<result_kind::srq_receive> {
+  template <class H>
+  static auto bind(H&& h, error_code ec, const wr_node&, const ibv_wc* wc) {
+    return boost::asio::append(std::forward<H>(h), ec, ec ? srq_received{} : result_srq_received(wc));
+  }
+};
+}  // namespace detail
+
+/// A shared receive queue on a completion queue. Move-only.
+class shared_receive_queue {
+public:
+  using executor_type = completion_queue::executor_type;
+  using default_token = boost::asio::use_awaitable_t<executor_type>;
+
+  /// Creates an SRQ in `pd` whose receives complete through `recv_cq` (see "The completion queue").
+  /// @throws system_error: `errc::device_limit_exceeded` (max_wr above the device's max_srq_wr, max_sge
+  /// above max_srq_sge, limit above max_wr: the text names the option, the value and the limit),
+  /// `errc::cq_overcommitted` (the queue's depth cannot hold max_wr more completions), or the errno of
+  /// ibv_create_srq(3).
+  shared_receive_queue(protection_domain& pd, completion_queue& recv_cq, const srq_options& options = {});
+
+  shared_receive_queue(shared_receive_queue&&) noexcept;
+  shared_receive_queue& operator=(shared_receive_queue&&) noexcept;
+  shared_receive_queue(const shared_receive_queue&) = delete;
+  shared_receive_queue& operator=(const shared_receive_queue&) = delete;
+  ~shared_receive_queue();
+
+  executor_type get_executor() const noexcept;
+  ibv_srq* native_handle() const noexcept;
+  /// Receives that may be posted at a time (`srq_options::max_wr`).
+  std::uint32_t max_wr() const noexcept;
+  /// Receives posted and not yet completed / `async_recv` calls waiting for a credit.
+  std::size_t posted() const noexcept;
+  std::size_t waiting() const noexcept;
+  /// Queue pairs created with `queue_pair_options::srq` = this and not yet destroyed.
+  std::size_t attached() const noexcept;
+
+  /// Posts a receive into `buf` (ibv_post_srq_recv(3)); a message to any attached queue pair may consume it.
+  /// @par Completion Signature `void(error_code, srq_received)`: bytes placed, immediate data, invalidated
+  /// rkey, and the queue pair it arrived on.
+  /// @par Errors `errc::message_too_long` (before posting: `buf` above 2^31 bytes), `wc_errc::loc_len_err`
+  /// (the message was larger than `buf`; the queue pair it arrived on goes to the error state),
+  /// `wc_errc::wr_flush_err` (the queue pair that had taken the receive went to the error state; the
+  /// receive is consumed), `operation_aborted` (the SRQ was destroyed), errno of ibv_post_srq_recv.
+  template <class Token = default_token>
+  auto async_recv(registered_span buf, Token&& token = default_token{}) {
+    return boost::asio::async_initiate<Token, void(error_code, srq_received)>(recv_initiation{this}, token, buf);
+  }
+
+  /// Arms the low watermark (ibv_modify_srq(3), IBV_SRQ_LIMIT): IBV_EVENT_SRQ_LIMIT_REACHED is raised once
+  /// when fewer than `n` receives remain posted; 0 disarms it. Forgets an event that arrived while nobody
+  /// waited. @throws system_error `errc::device_limit_exceeded` (`n` above max_wr), or the verb's errno.
+  void set_limit(std::uint32_t n);
+
+  /// Waits for the next IBV_EVENT_SRQ_LIMIT_REACHED of this SRQ (one that arrived since the last
+  /// `set_limit` while nobody waited completes it at once, posted). Every pending wait completes on one
+  /// event. Needs a `device_events` object on the device.
+  /// @par Completion Signature `void(error_code)`; `operation_aborted` when cancelled or when the SRQ is
+  /// destroyed.
+  template <class Token = default_token>
+  auto async_wait_limit(Token&& token = default_token{}) {
+    return boost::asio::async_initiate<Token, void(error_code)>(limit_initiation{this}, token);
+  }
+
+  /// Internal.
+  detail::shared_receive_queue_impl* impl() const noexcept { return impl_.get(); }
+
+private:
+  struct recv_initiation {
+    shared_receive_queue* self;
+    executor_type get_executor() const noexcept { return self->get_executor(); }
+    template <class Handler>
+    void operator()(Handler&& handler, registered_span buf) const {
+      using op = detail::wr_op<detail::result_kind::srq_receive, std::decay_t<Handler>, executor_type>;
+      std::decay_t<Handler> owned(std::forward<Handler>(handler));  // lvalue callbacks are copied
+      op* node = op::create(std::move(owned), self->get_executor());
+      node->srq = self->impl_.get();
+      const error_code ec = detail::prepare_srq_recv(node->srq, *node, buf);
+      if (!ec) node->install_cancellation();
+      detail::srq_start(node->srq, node, ec);
+    }
+  };
+  struct limit_initiation {
+    shared_receive_queue* self;
+    executor_type get_executor() const noexcept { return self->get_executor(); }
+    template <class Handler>
+    void operator()(Handler&& handler) const {
+      using op = detail::wr_op<detail::result_kind::none, std::decay_t<Handler>, executor_type>;
+      std::decay_t<Handler> owned(std::forward<Handler>(handler));
+      op* node = op::create(std::move(owned), self->get_executor());
+      node->srq = self->impl_.get();
+      node->install_cancellation();
+      detail::srq_start_wait_limit(node->srq, node);
+    }
+  };
+
+  std::unique_ptr<detail::shared_receive_queue_impl> impl_;
+};
+
+}  // namespace coverbs

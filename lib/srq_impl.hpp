@@ -1,0 +1,55 @@
+#pragma once
+// Private to lib/: the state behind a shared_receive_queue — receive credits, the FIFO of receives waiting
+// for one, the list of posted receives (to abort them when the SRQ is destroyed), and the low watermark.
+
+#include <coverbs/shared_receive_queue.hpp>
+
+#include "qp_impl.hpp"
+
+#include <boost/asio/cancellation_type.hpp>
+
+#include <memory>
+
+namespace coverbs::detail {
+
+class cq_impl;
+struct srq_registration;
+
+class shared_receive_queue_impl {
+public:
+  shared_receive_queue_impl(ibv_pd* pd, cq_impl& cq, const srq_options& options);
+  ~shared_receive_queue_impl();
+
+  void start(wr_node* n, error_code ec);
+  void on_completion(wr_node* n, const ibv_wc& wc, bool may_dispatch);
+  void cancel(wr_node* n, boost::asio::cancellation_type type);
+  void set_limit(std::uint32_t n);
+  void start_wait_limit(wr_node* n);
+  void on_limit_reached();
+
+  ibv_pd* pd_;
+  ibv_srq* srq_ = nullptr;
+  cq_impl* cq_;
+  srq_options options_;
+  std::uint32_t credits_ = 0;
+  std::size_t posted_ = 0;
+  std::size_t attached_ = 0;  // queue pairs created on it and not yet destroyed
+  node_fifo waiting_;         // receives waiting for a credit
+  node_fifo limit_waiters_;   // pending async_wait_limit
+  bool limit_reached_ = false;  // an event arrived while nobody waited
+  bool closing_ = false;        // being destroyed: nothing more is posted
+
+private:
+  void post_now(wr_node* n);
+  void link_posted(wr_node* n) noexcept;
+  void unlink_posted(wr_node* n) noexcept;
+  static void fail(wr_node* n, error_code ec);
+
+  wr_node* posted_head_ = nullptr;  // doubly linked through wr_node::next / prev
+  std::shared_ptr<srq_registration> registration_;
+};
+
+void srq_on_completion(shared_receive_queue_impl* srq, wr_node* node, const ibv_wc& wc, bool may_dispatch);
+void srq_cancel(shared_receive_queue_impl* srq, wr_node* node, boost::asio::cancellation_type type);
+
+}  // namespace coverbs::detail
