@@ -1,6 +1,7 @@
 #pragma once
 /// @file
 /// Everything coverbs offers, in one include.
+#include <coverbs/config.hpp>
 #include <coverbs/access.hpp>
 #include <coverbs/buffer.hpp>
 #include <coverbs/buffer_pool.hpp>
@@ -17,6 +18,6 @@
 #include <coverbs/registration_service.hpp>
 #include <coverbs/shared_receive_queue.hpp>
 #include <coverbs/window_pool.hpp>
-#if defined(COVERBS_HAS_RDMACM)  // set by coverbs' dependency / coverbs.pc when built with librdmacm
+#if defined(COVERBS_HAS_RDMACM)  // coverbs/config.hpp: built with librdmacm
 #include <coverbs/cm.hpp>
 #endif

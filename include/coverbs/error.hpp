@@ -17,6 +17,8 @@
 /// @par Thread Safety
 /// Everything here is safe to call from any thread.
 
+#include <coverbs/config.hpp>  // first: checks this translation unit's Asio flags against the library's
+
 #include <boost/system/error_code.hpp>
 #include <boost/system/system_error.hpp>
 
