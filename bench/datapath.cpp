@@ -59,35 +59,19 @@ constexpr const char* usage_text =
     "--test write_lat|read_lat|send_lat|write_bw|read_bw|send_bw [--size BYTES] [--iters N] [--tx-depth N] "
     "[--mode spin|events|adaptive] [--device NAME] [--json]";
 
-[[noreturn]] void usage(const std::string& why) { bench::usage_error("bench_datapath", why, usage_text); }
-
 config parse(int argc, char** argv) {
   config c;
-  bench::args arg("bench_datapath", usage_text, argc, argv);
-  while (arg.next()) {
-    if (arg.is_help())
-      arg.help("RDMA write, read and send latency and bandwidth through coverbs, measured as perftest measures them.");
-    else if (arg.is("--test"))
-      c.test = arg.value();
-    else if (arg.is("--size"))
-      c.size = arg.size(1, 1ull << 30);
-    else if (arg.is("--iters"))
-      c.iters = static_cast<int>(arg.count(2, 100'000'000));
-    else if (arg.is("--tx-depth"))
-      c.tx_depth = static_cast<int>(arg.count(1, 8192));
-    else if (arg.is("--mode"))
-      c.mode = arg.value();
-    else if (arg.is("--device"))
-      c.device = arg.value();
-    else if (arg.is("--json"))
-      c.json = true;
-    else
-      arg.unknown();
-  }
-  static const char* tests[] = {"write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "send_bw"};
-  if (std::none_of(std::begin(tests), std::end(tests), [&](const char* t) { return c.test == t; }))
-    usage("unknown --test '" + c.test + "'");
-  if (c.mode != "spin" && c.mode != "events" && c.mode != "adaptive") usage("unknown --mode '" + c.mode + "'");
+  CLI::App app{"", "bench_datapath"};
+  bench::describe(app, usage_text,
+                  "RDMA write, read and send latency and bandwidth through coverbs, measured as perftest measures them.");
+  app.add_option("--test", c.test)->check(command_line::one_of({"write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "send_bw"}));
+  app.add_option("--size", c.size)->transform(command_line::size(1, 1ull << 30));
+  app.add_option("--iters", c.iters)->check(command_line::count(2, 100'000'000));
+  app.add_option("--tx-depth", c.tx_depth)->check(command_line::count(1, 8192));
+  app.add_option("--mode", c.mode)->check(command_line::one_of({"spin", "events", "adaptive"}));
+  app.add_option("--device", c.device);
+  app.add_flag("--json", c.json);
+  bench::parse(app, argc, argv);
   if (c.test.ends_with("_lat") && c.size < 2 && c.test != "read_lat") c.size = 2;
   return c;
 }

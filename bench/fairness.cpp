@@ -62,26 +62,17 @@ constexpr const char* usage_text =
 
 config parse(int argc, char** argv) {
   config c;
-  bench::args arg("bench_fairness", usage_text, argc, argv);
-  while (arg.next()) {
-    if (arg.is_help())
-      arg.help("Lateness of a 1 ms periodic timer on the same io_context as a busy completion queue (idle, RDMA "
-               "read stream, write-from-handler stream); see the source's header for each figure.");
-    else if (arg.is("--device"))
-      c.device = arg.value();
-    else if (arg.is("--duration-ms"))
-      c.duration_ms = static_cast<int>(arg.count(100, 600'000));
-    else if (arg.is("--size"))
-      c.size = arg.size(1, 1u << 20);
-    else if (arg.is("--streams"))
-      c.streams = static_cast<int>(arg.count(1, 64));
-    else if (arg.is("--max-completions-per-turn"))
-      c.max_completions_per_turn = static_cast<unsigned>(arg.count(1, 1'000'000));
-    else if (arg.is("--json"))
-      c.json = true;
-    else
-      arg.unknown();
-  }
+  CLI::App app{"", "bench_fairness"};
+  bench::describe(app, usage_text,
+                  "Lateness of a 1 ms periodic timer on the same io_context as a busy completion queue (idle, RDMA "
+                  "read stream, write-from-handler stream); see the source's header for each figure.");
+  app.add_option("--device", c.device);
+  app.add_option("--duration-ms", c.duration_ms)->check(command_line::count(100, 600'000));
+  app.add_option("--size", c.size)->transform(command_line::size(1, 1u << 20));
+  app.add_option("--streams", c.streams)->check(command_line::count(1, 64));
+  app.add_option("--max-completions-per-turn", c.max_completions_per_turn)->check(command_line::count(1, 1'000'000));
+  app.add_flag("--json", c.json);
+  bench::parse(app, argc, argv);
   return c;
 }
 

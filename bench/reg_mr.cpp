@@ -45,23 +45,13 @@ int main(int argc, char** argv) {
   std::vector<std::uint64_t> sizes;
   int iters = 20;
   bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (a == "--help" || a == "-h") {
-      std::printf("usage: bench_reg_mr %s\n", usage);
-      return 0;
-    } else if (a == "--device" && has_value)
-      name = argv[++i];
-    else if (a == "--iters" && has_value)
-      iters = static_cast<int>(bench::parse_count("bench_reg_mr", usage, a, argv[++i], 1, 1'000'000));
-    else if (a == "--json")
-      json = true;
-    else if (a == "--sizes" && has_value)
-      sizes = bench::parse_sizes("bench_reg_mr", usage, a, argv[++i], 1, 64ull << 30);
-    else
-      bench::usage_error("bench_reg_mr", "unknown or incomplete argument '" + a + "'", usage);
-  }
+  CLI::App app{"", "bench_reg_mr"};
+  bench::describe(app, usage, "ibv_reg_mr and ibv_dereg_mr latency by size, coverbs against raw verbs.");
+  app.add_option("--device", name);
+  app.add_option("--iters", iters)->check(command_line::count(1, 1'000'000));
+  app.add_option("--sizes", sizes)->delimiter(',')->transform(command_line::size(1, 64ull << 30));
+  app.add_flag("--json", json);
+  bench::parse(app, argc, argv);
   if (sizes.empty()) sizes = {4u << 10, 64u << 10, 1u << 20, 16u << 20, 64u << 20};
   for (const std::uint64_t size : sizes)
     bench::check_fits("bench_reg_mr", "the registered buffer", size, "--sizes", size);

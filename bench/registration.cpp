@@ -123,29 +123,19 @@ int main(int argc, char** argv) {
   std::string scheduling_name = "batch";
   const char* prog = "bench_registration";
   const char* usage = "[--device NAME] [--max-size 512M] [--stall-size 256M] [--workers batch|idle|normal] [--json]";
-  bench::args arg(prog, usage, argc, argv);
-  while (arg.next()) {
-    if (arg.is("--device"))
-      name = arg.value();
-    else if (arg.is("--max-size"))
-      max_size = arg.size(4096, std::uint64_t{64} << 30);
-    else if (arg.is("--stall-size"))
-      stall_size = arg.size(4096, std::uint64_t{64} << 30);
-    else if (arg.is("--json"))
-      json = true;
-    else if (arg.is("--workers")) {
-      const std::string v = arg.value();
-      if (v != "normal" && v != "batch" && v != "idle") arg.fail("--workers takes normal, batch or idle (got '" + v + "')");
-      scheduling = v == "normal" ? coverbs::worker_scheduling::normal
-                   : v == "idle" ? coverbs::worker_scheduling::idle
-                                 : coverbs::worker_scheduling::batch;
-      scheduling_name = v;
-    } else if (arg.is_help())
-      arg.help("What asynchronous registration, the cache and the pool buy, in one run; see the source's header "
-               "for each figure.");
-    else
-      arg.unknown();
-  }
+  CLI::App app{"", prog};
+  bench::describe(app, usage,
+                  "What asynchronous registration, the cache and the pool buy, in one run; see the source's header "
+                  "for each figure.");
+  app.add_option("--device", name);
+  app.add_option("--max-size", max_size)->transform(command_line::size(4096, std::uint64_t{64} << 30));
+  app.add_option("--stall-size", stall_size)->transform(command_line::size(4096, std::uint64_t{64} << 30));
+  app.add_flag("--json", json);
+  app.add_option("--workers", scheduling_name)->check(command_line::one_of({"normal", "batch", "idle"}));
+  bench::parse(app, argc, argv);
+  scheduling = scheduling_name == "normal" ? coverbs::worker_scheduling::normal
+               : scheduling_name == "idle" ? coverbs::worker_scheduling::idle
+                                           : coverbs::worker_scheduling::batch;
   stall_size = std::min(stall_size, max_size);
   bench::check_fits(prog, "the registered arena", max_size + 4 * mib, "--max-size", max_size);
   try {

@@ -54,32 +54,19 @@ constexpr const char* usage_text =
 
 config parse(int argc, char** argv) {
   config c;
-  bench::args arg("bench_scaling", usage_text, argc, argv);
-  while (arg.next()) {
-    if (arg.is_help())
-      arg.help("Message rate of small RDMA writes and sends over loopback RC connections on one event loop and on "
-               "two; see the source's header for each figure.");
-    else if (arg.is("--device"))
-      c.device = arg.value();
-    else if (arg.is("--connections")) {
-      c.connections = static_cast<int>(arg.count(2, 64));
-      if (c.connections % 2) arg.fail("--connections takes an even number (half go to each of two loops)");
-    }
-    else if (arg.is("--depth"))
-      c.depth = static_cast<int>(arg.count(1, 256));
-    else if (arg.is("--size"))
-      c.size = arg.size(1, 1u << 20);
-    else if (arg.is("--duration-ms"))
-      c.duration_ms = static_cast<int>(arg.count(100, 600'000));
-    else if (arg.is("--mode")) {
-      c.mode = arg.value();
-      if (c.mode != "events" && c.mode != "spin") arg.fail("unknown --mode '" + c.mode + "' (events or spin)");
-    }
-    else if (arg.is("--json"))
-      c.json = true;
-    else
-      arg.unknown();
-  }
+  CLI::App app{"", "bench_scaling"};
+  bench::describe(app, usage_text,
+                  "Message rate of small RDMA writes and sends over loopback RC connections on one event loop and on "
+                  "two; see the source's header for each figure.");
+  app.add_option("--device", c.device);
+  app.add_option("--connections", c.connections)->check(command_line::count(2, 64));
+  app.add_option("--depth", c.depth)->check(command_line::count(1, 256));
+  app.add_option("--size", c.size)->transform(command_line::size(1, 1u << 20));
+  app.add_option("--duration-ms", c.duration_ms)->check(command_line::count(100, 600'000));
+  app.add_option("--mode", c.mode)->check(command_line::one_of({"events", "spin"}));
+  app.add_flag("--json", c.json);
+  bench::parse(app, argc, argv);
+  if (c.connections % 2) bench::usage_error(app, "--connections takes an even number (half go to each of two loops)");
   return c;
 }
 

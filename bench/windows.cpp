@@ -210,22 +210,15 @@ int main(int argc, char** argv) {
   std::string name;
   int iters = 2000, rereg_iters = 200;
   bool json = false;
-  bench::args arg(prog, usage, argc, argv);
-  while (arg.next()) {
-    if (arg.is("--device"))
-      name = arg.value();
-    else if (arg.is("--iters"))
-      iters = static_cast<int>(arg.count(5, 1000000));
-    else if (arg.is("--rereg-iters"))
-      rereg_iters = static_cast<int>(arg.count(5, 100000));
-    else if (arg.is("--json"))
-      json = true;
-    else if (arg.is_help())
-      arg.help("Memory-window bind, rebind and invalidation against re-registration, coverbs against raw verbs in "
-               "one run; see the source's header for each figure.");
-    else
-      arg.unknown();
-  }
+  CLI::App app{"", prog};
+  bench::describe(app, usage,
+                  "Memory-window bind, rebind and invalidation against re-registration, coverbs against raw verbs in "
+                  "one run; see the source's header for each figure.");
+  app.add_option("--device", name);
+  app.add_option("--iters", iters)->check(command_line::count(5, 1000000));
+  app.add_option("--rereg-iters", rereg_iters)->check(command_line::count(5, 100000));
+  app.add_flag("--json", json);
+  bench::parse(app, argc, argv);
   try {
     cv::device dev = cv::device::open(name);
     const cv::device_caps& caps = dev.caps();
