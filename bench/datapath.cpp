@@ -18,6 +18,7 @@
 #include <coverbs/coverbs.hpp>
 
 #include "cli.hpp"
+#include "../tools/json_output.hpp"
 #include "stamp_clock.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -337,10 +338,15 @@ int main(int argc, char** argv) {
     if (c.test.ends_with("_lat")) {
       const double typical = percentile(r.samples_us, 0.5), p99 = percentile(r.samples_us, 0.99);
       const double min = *std::min_element(r.samples_us.begin(), r.samples_us.end());
+      const auto r3 = [](double x) { return json_output::rounded(x, 3); };
       if (c.json)
-        std::printf("{\"test\": \"%s\", \"mode\": \"%s\", \"bytes\": %zu, \"iterations\": %d, \"t_min_us\": %.3f, "
-                    "\"t_typical_us\": %.3f, \"t_p99_us\": %.3f}\n",
-                    c.test.c_str(), c.mode.c_str(), c.size, c.iters, min, typical, p99);
+        json_output::print(json_output::json::object{{"test", c.test},
+                                                     {"mode", c.mode},
+                                                     {"bytes", c.size},
+                                                     {"iterations", c.iters},
+                                                     {"t_min_us", r3(min)},
+                                                     {"t_typical_us", r3(typical)},
+                                                     {"t_p99_us", r3(p99)}});
       else
         std::printf("%-9s %-8s %8zu B %8d iters  t_min %8.2f us  t_typical %8.2f us  p99 %8.2f us\n", c.test.c_str(),
                     c.mode.c_str(), c.size, c.iters, min, typical, p99);
@@ -348,9 +354,13 @@ int main(int argc, char** argv) {
       const double bps = static_cast<double>(r.bytes) / r.seconds,
                    mpps = static_cast<double>(r.messages) / r.seconds / 1e6;
       if (c.json)
-        std::printf("{\"test\": \"%s\", \"mode\": \"%s\", \"bytes\": %zu, \"iterations\": %d, \"tx_depth\": %d, "
-                    "\"bytes_per_second\": %.1f, \"msg_rate_mpps\": %.6f}\n",
-                    c.test.c_str(), c.mode.c_str(), c.size, c.iters, c.tx_depth, bps, mpps);
+        json_output::print(json_output::json::object{{"test", c.test},
+                                                     {"mode", c.mode},
+                                                     {"bytes", c.size},
+                                                     {"iterations", c.iters},
+                                                     {"tx_depth", c.tx_depth},
+                                                     {"bytes_per_second", json_output::rounded(bps, 1)},
+                                                     {"msg_rate_mpps", json_output::rounded(mpps, 6)}});
       else
         std::printf("%-9s %-8s %8zu B %8d iters  %10.2f MiB/s  %8.4f Mpps\n", c.test.c_str(), c.mode.c_str(), c.size,
                     c.iters, bps / 1048576.0, mpps);

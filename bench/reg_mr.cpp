@@ -8,6 +8,7 @@
 #include <coverbs/coverbs.hpp>
 
 #include "cli.hpp"
+#include "../tools/json_output.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -61,12 +62,10 @@ int main(int argc, char** argv) {
     coverbs::device dev = coverbs::device::open(name);
     coverbs::protection_domain pd(dev);
     const auto rights = coverbs::access::local_write | coverbs::access::remote_read | coverbs::access::remote_write;
-    if (json)
-      std::printf("{\"device\": \"%s\", \"iters\": %d, \"results\": [", dev.name().c_str(), iters);
-    else
+    json_output::json::array results;
+    if (!json)
       std::printf("%12s %14s %14s %14s %14s %14s\n", "bytes", "reg_p50_us", "reg_p99_us", "dereg_p50_us",
                   "raw_reg_p50_us", "raw_dereg_p50");
-    bool first = true;
     for (const std::uint64_t size : sizes) {
       allocating = size;
       std::vector<std::byte> buffer(size, std::byte{1});  // touched, so registration measures pinning only
@@ -88,16 +87,21 @@ int main(int argc, char** argv) {
         raw_dereg.push_back(us_since(t));
       }
       const stats r = summarize(reg), d = summarize(dereg), rr = summarize(raw_reg), rd = summarize(raw_dereg);
+      const auto r2 = [](double x) { return json_output::rounded(x, 2); };
       if (json)
-        std::printf("%s\n  {\"bytes\": %zu, \"reg_p50_us\": %.2f, \"reg_p99_us\": %.2f, \"dereg_p50_us\": %.2f, "
-                    "\"raw_reg_p50_us\": %.2f, \"raw_dereg_p50_us\": %.2f}",
-                    first ? "" : ",", size, r.median, r.p99, d.median, rr.median, rd.median);
+        results.push_back(json_output::json::object{{"bytes", size},
+                                                    {"reg_p50_us", r2(r.median)},
+                                                    {"reg_p99_us", r2(r.p99)},
+                                                    {"dereg_p50_us", r2(d.median)},
+                                                    {"raw_reg_p50_us", r2(rr.median)},
+                                                    {"raw_dereg_p50_us", r2(rd.median)}});
       else
         std::printf("%12zu %14.2f %14.2f %14.2f %14.2f %14.2f\n", size, r.median, r.p99, d.median, rr.median,
                     rd.median);
-      first = false;
     }
-    if (json) std::printf("\n]}\n");
+    if (json)
+      json_output::print(
+          json_output::json::object{{"device", dev.name()}, {"iters", iters}, {"results", std::move(results)}});
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "bench_reg_mr: %s\n",
                  size_argument::cannot_allocate("the registered buffer", allocating, "--sizes", allocating).c_str());
