@@ -18,6 +18,7 @@
 #include <coverbs/coverbs.hpp>
 
 #include "cli.hpp"
+#include "../tools/json_output.hpp"
 #include "stamp_clock.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -59,35 +60,19 @@ constexpr const char* usage_text =
     "--test write_lat|read_lat|send_lat|write_bw|read_bw|send_bw [--size BYTES] [--iters N] [--tx-depth N] "
     "[--mode spin|events|adaptive] [--device NAME] [--json]";
 
-[[noreturn]] void usage(const std::string& why) { bench::usage_error("bench_datapath", why, usage_text); }
-
 config parse(int argc, char** argv) {
   config c;
-  bench::args arg("bench_datapath", usage_text, argc, argv);
-  while (arg.next()) {
-    if (arg.is_help())
-      arg.help("RDMA write, read and send latency and bandwidth through coverbs, measured as perftest measures them.");
-    else if (arg.is("--test"))
-      c.test = arg.value();
-    else if (arg.is("--size"))
-      c.size = arg.size(1, 1ull << 30);
-    else if (arg.is("--iters"))
-      c.iters = static_cast<int>(arg.count(2, 100'000'000));
-    else if (arg.is("--tx-depth"))
-      c.tx_depth = static_cast<int>(arg.count(1, 8192));
-    else if (arg.is("--mode"))
-      c.mode = arg.value();
-    else if (arg.is("--device"))
-      c.device = arg.value();
-    else if (arg.is("--json"))
-      c.json = true;
-    else
-      arg.unknown();
-  }
-  static const char* tests[] = {"write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "send_bw"};
-  if (std::none_of(std::begin(tests), std::end(tests), [&](const char* t) { return c.test == t; }))
-    usage("unknown --test '" + c.test + "'");
-  if (c.mode != "spin" && c.mode != "events" && c.mode != "adaptive") usage("unknown --mode '" + c.mode + "'");
+  CLI::App app{"", "bench_datapath"};
+  bench::describe(app, usage_text,
+                  "RDMA write, read and send latency and bandwidth through coverbs, measured as perftest measures them.");
+  app.add_option("--test", c.test)->check(command_line::one_of({"write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "send_bw"}));
+  app.add_option("--size", c.size)->transform(command_line::size(1, 1ull << 30));
+  app.add_option("--iters", c.iters)->check(command_line::count(2, 100'000'000));
+  app.add_option("--tx-depth", c.tx_depth)->check(command_line::count(1, 8192));
+  app.add_option("--mode", c.mode)->check(command_line::one_of({"spin", "events", "adaptive"}));
+  app.add_option("--device", c.device);
+  app.add_flag("--json", c.json);
+  bench::parse(app, argc, argv);
   if (c.test.ends_with("_lat") && c.size < 2 && c.test != "read_lat") c.size = 2;
   return c;
 }
@@ -353,10 +338,15 @@ int main(int argc, char** argv) {
     if (c.test.ends_with("_lat")) {
       const double typical = percentile(r.samples_us, 0.5), p99 = percentile(r.samples_us, 0.99);
       const double min = *std::min_element(r.samples_us.begin(), r.samples_us.end());
+      const auto r3 = [](double x) { return json_output::rounded(x, 3); };
       if (c.json)
-        std::printf("{\"test\": \"%s\", \"mode\": \"%s\", \"bytes\": %zu, \"iterations\": %d, \"t_min_us\": %.3f, "
-                    "\"t_typical_us\": %.3f, \"t_p99_us\": %.3f}\n",
-                    c.test.c_str(), c.mode.c_str(), c.size, c.iters, min, typical, p99);
+        json_output::print(json_output::json::object{{"test", c.test},
+                                                     {"mode", c.mode},
+                                                     {"bytes", c.size},
+                                                     {"iterations", c.iters},
+                                                     {"t_min_us", r3(min)},
+                                                     {"t_typical_us", r3(typical)},
+                                                     {"t_p99_us", r3(p99)}});
       else
         std::printf("%-9s %-8s %8zu B %8d iters  t_min %8.2f us  t_typical %8.2f us  p99 %8.2f us\n", c.test.c_str(),
                     c.mode.c_str(), c.size, c.iters, min, typical, p99);
@@ -364,9 +354,13 @@ int main(int argc, char** argv) {
       const double bps = static_cast<double>(r.bytes) / r.seconds,
                    mpps = static_cast<double>(r.messages) / r.seconds / 1e6;
       if (c.json)
-        std::printf("{\"test\": \"%s\", \"mode\": \"%s\", \"bytes\": %zu, \"iterations\": %d, \"tx_depth\": %d, "
-                    "\"bytes_per_second\": %.1f, \"msg_rate_mpps\": %.6f}\n",
-                    c.test.c_str(), c.mode.c_str(), c.size, c.iters, c.tx_depth, bps, mpps);
+        json_output::print(json_output::json::object{{"test", c.test},
+                                                     {"mode", c.mode},
+                                                     {"bytes", c.size},
+                                                     {"iterations", c.iters},
+                                                     {"tx_depth", c.tx_depth},
+                                                     {"bytes_per_second", json_output::rounded(bps, 1)},
+                                                     {"msg_rate_mpps", json_output::rounded(mpps, 6)}});
       else
         std::printf("%-9s %-8s %8zu B %8d iters  %10.2f MiB/s  %8.4f Mpps\n", c.test.c_str(), c.mode.c_str(), c.size,
                     c.iters, bps / 1048576.0, mpps);

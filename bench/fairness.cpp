@@ -26,6 +26,7 @@
 #include <coverbs/coverbs.hpp>
 
 #include "cli.hpp"
+#include "../tools/json_output.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -62,26 +63,17 @@ constexpr const char* usage_text =
 
 config parse(int argc, char** argv) {
   config c;
-  bench::args arg("bench_fairness", usage_text, argc, argv);
-  while (arg.next()) {
-    if (arg.is_help())
-      arg.help("Lateness of a 1 ms periodic timer on the same io_context as a busy completion queue (idle, RDMA "
-               "read stream, write-from-handler stream); see the source's header for each figure.");
-    else if (arg.is("--device"))
-      c.device = arg.value();
-    else if (arg.is("--duration-ms"))
-      c.duration_ms = static_cast<int>(arg.count(100, 600'000));
-    else if (arg.is("--size"))
-      c.size = arg.size(1, 1u << 20);
-    else if (arg.is("--streams"))
-      c.streams = static_cast<int>(arg.count(1, 64));
-    else if (arg.is("--max-completions-per-turn"))
-      c.max_completions_per_turn = static_cast<unsigned>(arg.count(1, 1'000'000));
-    else if (arg.is("--json"))
-      c.json = true;
-    else
-      arg.unknown();
-  }
+  CLI::App app{"", "bench_fairness"};
+  bench::describe(app, usage_text,
+                  "Lateness of a 1 ms periodic timer on the same io_context as a busy completion queue (idle, RDMA "
+                  "read stream, write-from-handler stream); see the source's header for each figure.");
+  app.add_option("--device", c.device);
+  app.add_option("--duration-ms", c.duration_ms)->check(command_line::count(100, 600'000));
+  app.add_option("--size", c.size)->transform(command_line::size(1, 1u << 20));
+  app.add_option("--streams", c.streams)->check(command_line::count(1, 64));
+  app.add_option("--max-completions-per-turn", c.max_completions_per_turn)->check(command_line::count(1, 1'000'000));
+  app.add_flag("--json", c.json);
+  bench::parse(app, argc, argv);
   return c;
 }
 
@@ -233,14 +225,23 @@ int main(int argc, char** argv) {
     }
     const double busy = std::max(p99[1], p99[2]);
     if (c.json) {
-      std::printf("{\"device\": \"%s\", \"max_completions_per_turn\": %u, \"duration_ms\": %d, \"size\": %zu, \"streams\": %d", p.dev.name().c_str(), c.max_completions_per_turn,
-                  c.duration_ms, c.size, c.streams);
-      for (int m = 0; m < 3; ++m)
-        std::printf(",\n \"timer_lateness_p50_ms_%s\": %.3f, \"timer_lateness_p99_ms_%s\": %.3f, "
-                    "\"timer_lateness_max_ms_%s\": %.3f, \"timer_wakeups_in_period_%s\": %d",
-                    modes[m], p50[m], modes[m], p99[m], modes[m], max[m], modes[m], r[m].in_period);
-      std::printf(",\n \"operations_read\": %llu, \"operations_write\": %llu, \"timer_lateness_p99_ms_busy\": %.3f}\n",
-                  static_cast<unsigned long long>(r[1].ops), static_cast<unsigned long long>(r[2].ops), busy);
+      const auto r3 = [](double x) { return json_output::rounded(x, 3); };
+      json_output::json::object o{{"device", p.dev.name()},
+                                  {"max_completions_per_turn", c.max_completions_per_turn},
+                                  {"duration_ms", c.duration_ms},
+                                  {"size", c.size},
+                                  {"streams", c.streams}};
+      for (int m = 0; m < 3; ++m) {
+        const std::string mode = modes[m];
+        o["timer_lateness_p50_ms_" + mode] = r3(p50[m]);
+        o["timer_lateness_p99_ms_" + mode] = r3(p99[m]);
+        o["timer_lateness_max_ms_" + mode] = r3(max[m]);
+        o["timer_wakeups_in_period_" + mode] = r[m].in_period;
+      }
+      o["operations_read"] = r[1].ops;
+      o["operations_write"] = r[2].ops;
+      o["timer_lateness_p99_ms_busy"] = r3(busy);
+      json_output::print(o);
     } else {
       std::printf("device %s, 1 ms timer for %d ms per mode, %zu-byte operations, %d stream(s)\n",
                   p.dev.name().c_str(), c.duration_ms, c.size, c.streams);

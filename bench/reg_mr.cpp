@@ -8,6 +8,7 @@
 #include <coverbs/coverbs.hpp>
 
 #include "cli.hpp"
+#include "../tools/json_output.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -45,23 +46,13 @@ int main(int argc, char** argv) {
   std::vector<std::uint64_t> sizes;
   int iters = 20;
   bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (a == "--help" || a == "-h") {
-      std::printf("usage: bench_reg_mr %s\n", usage);
-      return 0;
-    } else if (a == "--device" && has_value)
-      name = argv[++i];
-    else if (a == "--iters" && has_value)
-      iters = static_cast<int>(bench::parse_count("bench_reg_mr", usage, a, argv[++i], 1, 1'000'000));
-    else if (a == "--json")
-      json = true;
-    else if (a == "--sizes" && has_value)
-      sizes = bench::parse_sizes("bench_reg_mr", usage, a, argv[++i], 1, 64ull << 30);
-    else
-      bench::usage_error("bench_reg_mr", "unknown or incomplete argument '" + a + "'", usage);
-  }
+  CLI::App app{"", "bench_reg_mr"};
+  bench::describe(app, usage, "ibv_reg_mr and ibv_dereg_mr latency by size, coverbs against raw verbs.");
+  app.add_option("--device", name);
+  app.add_option("--iters", iters)->check(command_line::count(1, 1'000'000));
+  app.add_option("--sizes", sizes)->delimiter(',')->transform(command_line::size(1, 64ull << 30));
+  app.add_flag("--json", json);
+  bench::parse(app, argc, argv);
   if (sizes.empty()) sizes = {4u << 10, 64u << 10, 1u << 20, 16u << 20, 64u << 20};
   for (const std::uint64_t size : sizes)
     bench::check_fits("bench_reg_mr", "the registered buffer", size, "--sizes", size);
@@ -71,12 +62,10 @@ int main(int argc, char** argv) {
     coverbs::device dev = coverbs::device::open(name);
     coverbs::protection_domain pd(dev);
     const auto rights = coverbs::access::local_write | coverbs::access::remote_read | coverbs::access::remote_write;
-    if (json)
-      std::printf("{\"device\": \"%s\", \"iters\": %d, \"results\": [", dev.name().c_str(), iters);
-    else
+    json_output::json::array results;
+    if (!json)
       std::printf("%12s %14s %14s %14s %14s %14s\n", "bytes", "reg_p50_us", "reg_p99_us", "dereg_p50_us",
                   "raw_reg_p50_us", "raw_dereg_p50");
-    bool first = true;
     for (const std::uint64_t size : sizes) {
       allocating = size;
       std::vector<std::byte> buffer(size, std::byte{1});  // touched, so registration measures pinning only
@@ -98,16 +87,21 @@ int main(int argc, char** argv) {
         raw_dereg.push_back(us_since(t));
       }
       const stats r = summarize(reg), d = summarize(dereg), rr = summarize(raw_reg), rd = summarize(raw_dereg);
+      const auto r2 = [](double x) { return json_output::rounded(x, 2); };
       if (json)
-        std::printf("%s\n  {\"bytes\": %zu, \"reg_p50_us\": %.2f, \"reg_p99_us\": %.2f, \"dereg_p50_us\": %.2f, "
-                    "\"raw_reg_p50_us\": %.2f, \"raw_dereg_p50_us\": %.2f}",
-                    first ? "" : ",", size, r.median, r.p99, d.median, rr.median, rd.median);
+        results.push_back(json_output::json::object{{"bytes", size},
+                                                    {"reg_p50_us", r2(r.median)},
+                                                    {"reg_p99_us", r2(r.p99)},
+                                                    {"dereg_p50_us", r2(d.median)},
+                                                    {"raw_reg_p50_us", r2(rr.median)},
+                                                    {"raw_dereg_p50_us", r2(rd.median)}});
       else
         std::printf("%12zu %14.2f %14.2f %14.2f %14.2f %14.2f\n", size, r.median, r.p99, d.median, rr.median,
                     rd.median);
-      first = false;
     }
-    if (json) std::printf("\n]}\n");
+    if (json)
+      json_output::print(
+          json_output::json::object{{"device", dev.name()}, {"iters", iters}, {"results", std::move(results)}});
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "bench_reg_mr: %s\n",
                  size_argument::cannot_allocate("the registered buffer", allocating, "--sizes", allocating).c_str());

@@ -18,6 +18,8 @@
 #include <coverbs/registration_service.hpp>
 
 #include "cli.hpp"
+#include "../tools/json_output.hpp"
+#include "../tools/progress.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -123,29 +125,19 @@ int main(int argc, char** argv) {
   std::string scheduling_name = "batch";
   const char* prog = "bench_registration";
   const char* usage = "[--device NAME] [--max-size 512M] [--stall-size 256M] [--workers batch|idle|normal] [--json]";
-  bench::args arg(prog, usage, argc, argv);
-  while (arg.next()) {
-    if (arg.is("--device"))
-      name = arg.value();
-    else if (arg.is("--max-size"))
-      max_size = arg.size(4096, std::uint64_t{64} << 30);
-    else if (arg.is("--stall-size"))
-      stall_size = arg.size(4096, std::uint64_t{64} << 30);
-    else if (arg.is("--json"))
-      json = true;
-    else if (arg.is("--workers")) {
-      const std::string v = arg.value();
-      if (v != "normal" && v != "batch" && v != "idle") arg.fail("--workers takes normal, batch or idle (got '" + v + "')");
-      scheduling = v == "normal" ? coverbs::worker_scheduling::normal
-                   : v == "idle" ? coverbs::worker_scheduling::idle
-                                 : coverbs::worker_scheduling::batch;
-      scheduling_name = v;
-    } else if (arg.is_help())
-      arg.help("What asynchronous registration, the cache and the pool buy, in one run; see the source's header "
-               "for each figure.");
-    else
-      arg.unknown();
-  }
+  CLI::App app{"", prog};
+  bench::describe(app, usage,
+                  "What asynchronous registration, the cache and the pool buy, in one run; see the source's header "
+                  "for each figure.");
+  app.add_option("--device", name);
+  app.add_option("--max-size", max_size)->transform(command_line::size(4096, std::uint64_t{64} << 30));
+  app.add_option("--stall-size", stall_size)->transform(command_line::size(4096, std::uint64_t{64} << 30));
+  app.add_flag("--json", json);
+  app.add_option("--workers", scheduling_name)->check(command_line::one_of({"normal", "batch", "idle"}));
+  bench::parse(app, argc, argv);
+  scheduling = scheduling_name == "normal" ? coverbs::worker_scheduling::normal
+               : scheduling_name == "idle" ? coverbs::worker_scheduling::idle
+                                           : coverbs::worker_scheduling::batch;
   stall_size = std::min(stall_size, max_size);
   bench::check_fits(prog, "the registered arena", max_size + 4 * mib, "--max-size", max_size);
   try {
@@ -155,6 +147,8 @@ int main(int argc, char** argv) {
     coverbs::registration_service service(io.get_executor(), {.threads = 2, .scheduling = scheduling});
     arena big(max_size, 0, true);
 
+    progress::phases phase(prog, 7);
+    phase.next("synchronous registration by size, 4 KiB to " + size_argument::text(max_size));
     // 1. synchronous registration by size
     std::vector<std::pair<std::size_t, double>> by_size;
     std::vector<std::size_t> sizes{4096, 65536, mib, 4 * mib, 16 * mib, 64 * mib, 256 * mib, 512 * mib};
@@ -165,6 +159,7 @@ int main(int argc, char** argv) {
       by_size.emplace_back(size, percentile(time_sync_reg(pd, big.span.first(size), iters), 0.5));
     }
 
+    phase.next("asynchronous registration of " + size_argument::text(max_size) + ", 9 times");
     // 2. asynchronous: how long the loop is busy, and how long until the result is back
     std::vector<double> unblock, total;
     for (int i = 0; i < 2; ++i) // warm up: the workers exist and have taken their scheduling policy
@@ -183,6 +178,7 @@ int main(int argc, char** argv) {
       io.run();
     }
 
+    phase.next("loop stalls: 2 x 8 registrations of " + size_argument::text(stall_size));
     // 3. loop stalls: back-to-back registrations of stall_size bytes on the loop vs through the workers
     constexpr int rounds = 8;
     const auto stall = big.span.first(stall_size);
@@ -206,6 +202,7 @@ int main(int argc, char** argv) {
           asio::detached);
     });
 
+    phase.next("registration cache: 20 misses, 200000 hits");
     // 4. cache
     coverbs::registration_cache cache(service);
     std::vector<double> miss;
@@ -228,6 +225,7 @@ int main(int argc, char** argv) {
       if (!cache.lookup(pd, hit_range, rights)) throw std::runtime_error("cache lookup missed");
     const double hit_ns = us_since(t) * 1000 / hit_iters;
 
+    phase.next("buffer pool: 200000 allocations");
     // 5. pool
     coverbs::pool_options po;
     po.size_classes = {4096};
@@ -239,6 +237,7 @@ int main(int argc, char** argv) {
       if (!pool.try_allocate(4096)) throw std::runtime_error("pool ran dry");
     const double pool_ns = us_since(t) * 1000 / pool_iters;
 
+    phase.next("alignment and transparent huge pages");
     // 6. alignment: 2 MiB-aligned with THP vs 4 KiB-aligned without, and 2 MiB-aligned without THP
     const std::size_t align_size = std::min<std::size_t>(64 * mib, max_size);
     double aligned_thp = 0, aligned_plain = 0, small_pages = 0;
@@ -249,22 +248,32 @@ int main(int argc, char** argv) {
       small_pages = percentile(time_sync_reg(pd, c.span, 15), 0.5);
     }
 
+    phase.next("done");
     const double unblock_us = percentile(unblock, 0.5), total_us = percentile(total, 0.5);
     if (json) {
-      std::printf("{\n  \"device\": \"%s\",\n  \"workers\": \"%s\",\n  \"reg_us_by_size\": {", dev.name().c_str(),
-                  scheduling_name.c_str());
-      for (std::size_t i = 0; i < by_size.size(); ++i)
-        std::printf("%s\"%zu\": %.1f", i ? ", " : "", by_size[i].first, by_size[i].second);
-      std::printf("},\n  \"async_size_bytes\": %zu,\n  \"async_unblock_us_512mib\": %.2f,\n"
-                  "  \"async_total_us_512mib\": %.1f,\n  \"stall_size_bytes\": %zu,\n"
-                  "  \"loop_stall_p99_ms_sync\": %.3f,\n  \"loop_stall_p99_ms_async\": %.3f,\n"
-                  "  \"cache_hit_ns\": %.1f,\n  \"cache_miss_us_1mib\": %.1f,\n  \"pool_alloc_ns\": %.1f,\n"
-                  "  \"align_size_bytes\": %zu,\n  \"thp\": \"%s\",\n  \"reg_us_2mib_aligned_thp\": %.1f,\n"
-                  "  \"reg_us_2mib_aligned_no_thp\": %.1f,\n  \"reg_us_4kib_aligned_no_thp\": %.1f,\n"
-                  "  \"reg_2mib_aligned_vs_4kib_speedup\": %.3f\n}\n",
-                  max_size, unblock_us, total_us, stall_size, stall_sync, stall_async, hit_ns, percentile(miss, 0.5),
-                  pool_ns, align_size, thp_mode().c_str(), aligned_thp, aligned_plain, small_pages,
-                  small_pages / aligned_thp);
+      json_output::json::object by_size_us;
+      for (const auto& [size, us] : by_size)
+        by_size_us[std::to_string(size)] = json_output::rounded(us, 1);
+      const auto r1 = [](double x) { return json_output::rounded(x, 1); };
+      json_output::print(json_output::json::object{
+          {"device", dev.name()},
+          {"workers", scheduling_name},
+          {"reg_us_by_size", std::move(by_size_us)},
+          {"async_size_bytes", max_size},
+          {"async_unblock_us_512mib", json_output::rounded(unblock_us, 2)},
+          {"async_total_us_512mib", r1(total_us)},
+          {"stall_size_bytes", stall_size},
+          {"loop_stall_p99_ms_sync", json_output::rounded(stall_sync, 3)},
+          {"loop_stall_p99_ms_async", json_output::rounded(stall_async, 3)},
+          {"cache_hit_ns", r1(hit_ns)},
+          {"cache_miss_us_1mib", r1(percentile(miss, 0.5))},
+          {"pool_alloc_ns", r1(pool_ns)},
+          {"align_size_bytes", align_size},
+          {"thp", thp_mode()},
+          {"reg_us_2mib_aligned_thp", r1(aligned_thp)},
+          {"reg_us_2mib_aligned_no_thp", r1(aligned_plain)},
+          {"reg_us_4kib_aligned_no_thp", r1(small_pages)},
+          {"reg_2mib_aligned_vs_4kib_speedup", json_output::rounded(small_pages / aligned_thp, 3)}});
     } else {
       std::printf("%-14s %14s\n", "bytes", "sync_reg_us");
       for (const auto& [size, us] : by_size)

@@ -18,6 +18,7 @@
 #include <coverbs/coverbs.hpp>
 
 #include "cli.hpp"
+#include "../tools/json_output.hpp"
 
 #include <boost/asio/io_context.hpp>
 
@@ -54,32 +55,19 @@ constexpr const char* usage_text =
 
 config parse(int argc, char** argv) {
   config c;
-  bench::args arg("bench_scaling", usage_text, argc, argv);
-  while (arg.next()) {
-    if (arg.is_help())
-      arg.help("Message rate of small RDMA writes and sends over loopback RC connections on one event loop and on "
-               "two; see the source's header for each figure.");
-    else if (arg.is("--device"))
-      c.device = arg.value();
-    else if (arg.is("--connections")) {
-      c.connections = static_cast<int>(arg.count(2, 64));
-      if (c.connections % 2) arg.fail("--connections takes an even number (half go to each of two loops)");
-    }
-    else if (arg.is("--depth"))
-      c.depth = static_cast<int>(arg.count(1, 256));
-    else if (arg.is("--size"))
-      c.size = arg.size(1, 1u << 20);
-    else if (arg.is("--duration-ms"))
-      c.duration_ms = static_cast<int>(arg.count(100, 600'000));
-    else if (arg.is("--mode")) {
-      c.mode = arg.value();
-      if (c.mode != "events" && c.mode != "spin") arg.fail("unknown --mode '" + c.mode + "' (events or spin)");
-    }
-    else if (arg.is("--json"))
-      c.json = true;
-    else
-      arg.unknown();
-  }
+  CLI::App app{"", "bench_scaling"};
+  bench::describe(app, usage_text,
+                  "Message rate of small RDMA writes and sends over loopback RC connections on one event loop and on "
+                  "two; see the source's header for each figure.");
+  app.add_option("--device", c.device);
+  app.add_option("--connections", c.connections)->check(command_line::count(2, 64));
+  app.add_option("--depth", c.depth)->check(command_line::count(1, 256));
+  app.add_option("--size", c.size)->transform(command_line::size(1, 1u << 20));
+  app.add_option("--duration-ms", c.duration_ms)->check(command_line::count(100, 600'000));
+  app.add_option("--mode", c.mode)->check(command_line::one_of({"events", "spin"}));
+  app.add_flag("--json", c.json);
+  bench::parse(app, argc, argv);
+  if (c.connections % 2) bench::usage_error(app, "--connections takes an even number (half go to each of two loops)");
   return c;
 }
 
@@ -253,15 +241,22 @@ int main(int argc, char** argv) {
         r[op][l] = measure(dev, pd, c, l + 1, op == 1);
     const double scale[2] = {r[0][1].msg_per_s / r[0][0].msg_per_s, r[1][1].msg_per_s / r[1][0].msg_per_s};
     if (c.json) {
-      std::printf("{\"device\": \"%s\", \"connections\": %d, \"depth\": %d, \"size\": %zu, \"duration_ms\": %d, "
-                  "\"mode\": \"%s\"",
-                  dev.name().c_str(), c.connections, c.depth, c.size, c.duration_ms, c.mode.c_str());
+      const auto r3 = [](double x) { return json_output::rounded(x, 3); };
+      json_output::json::object o{{"device", dev.name()}, {"connections", c.connections}, {"depth", c.depth},
+                                  {"size", c.size},       {"duration_ms", c.duration_ms}, {"mode", c.mode}};
       for (int op = 0; op < 2; ++op)
-        for (int l = 0; l < 2; ++l)
-          std::printf(",\n \"%s_msg_per_s_%d_loops\": %.1f, \"%s_cpu_fraction_%d_loops\": %s", ops[op], l + 1,
-                      r[op][l].msg_per_s, ops[op], l + 1, list(r[op][l].cpu_fraction).c_str());
-      std::printf(",\n \"scaling_2_over_1_write\": %.3f, \"scaling_2_over_1_send\": %.3f, \"scaling_2_over_1\": %.3f}\n",
-                  scale[0], scale[1], scale[0]);
+        for (int l = 0; l < 2; ++l) {
+          const std::string loops = std::to_string(l + 1) + "_loops";
+          json_output::json::array cpu;
+          for (const double f : r[op][l].cpu_fraction)
+            cpu.push_back(r3(f));
+          o[std::string(ops[op]) + "_msg_per_s_" + loops] = json_output::rounded(r[op][l].msg_per_s, 1);
+          o[std::string(ops[op]) + "_cpu_fraction_" + loops] = std::move(cpu);
+        }
+      o["scaling_2_over_1_write"] = r3(scale[0]);
+      o["scaling_2_over_1_send"] = r3(scale[1]);
+      o["scaling_2_over_1"] = r3(scale[0]);
+      json_output::print(o);
     } else {
       std::printf("device %s, %d connections, %d in flight each, %zu B, %d ms per figure, %s completion queues\n",
                   dev.name().c_str(), c.connections, c.depth, c.size, c.duration_ms, c.mode.c_str());

@@ -23,6 +23,8 @@
 #include <coverbs/coverbs.hpp>
 
 #include "cli.hpp"
+#include "../tools/json_output.hpp"
+#include "../tools/progress.hpp"
 #include "stamp_clock.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -210,22 +212,15 @@ int main(int argc, char** argv) {
   std::string name;
   int iters = 2000, rereg_iters = 200;
   bool json = false;
-  bench::args arg(prog, usage, argc, argv);
-  while (arg.next()) {
-    if (arg.is("--device"))
-      name = arg.value();
-    else if (arg.is("--iters"))
-      iters = static_cast<int>(arg.count(5, 1000000));
-    else if (arg.is("--rereg-iters"))
-      rereg_iters = static_cast<int>(arg.count(5, 100000));
-    else if (arg.is("--json"))
-      json = true;
-    else if (arg.is_help())
-      arg.help("Memory-window bind, rebind and invalidation against re-registration, coverbs against raw verbs in "
-               "one run; see the source's header for each figure.");
-    else
-      arg.unknown();
-  }
+  CLI::App app{"", prog};
+  bench::describe(app, usage,
+                  "Memory-window bind, rebind and invalidation against re-registration, coverbs against raw verbs in "
+                  "one run; see the source's header for each figure.");
+  app.add_option("--device", name);
+  app.add_option("--iters", iters)->check(command_line::count(5, 1000000));
+  app.add_option("--rereg-iters", rereg_iters)->check(command_line::count(5, 100000));
+  app.add_flag("--json", json);
+  bench::parse(app, argc, argv);
   try {
     cv::device dev = cv::device::open(name);
     const cv::device_caps& caps = dev.caps();
@@ -252,12 +247,17 @@ int main(int argc, char** argv) {
     const setup u{a, e, mr, w1, w2, w2_rebind, w2_event, ra.native_handle(), cq_raw.native_handle(), raw_mw};
     run(io, [&]() -> awaitable<void> { co_await cv::bind_mw(a, w2_rebind, mr, {0, 4096}, cv::access::remote_read); });
     constexpr int rounds = 5;
+    progress::phases phase(prog, rounds + 1);
     for (int r = 0; r < rounds; ++r) {
+      phase.next("round " + std::to_string(r + 1) + " of " + std::to_string(rounds) + ": " +
+                 std::to_string(iters / rounds) + " binds of each kind, " + std::to_string(rereg_iters / rounds) +
+                 " re-registrations");
       run(io, [&] { return round(u, iters / rounds, s); });
       handler_round(io, u, iters / rounds, s);
       rereg_round(pd, rereg_bytes, caps.rereg_mr, rereg_iters / rounds, s);
     }
     ibv_dealloc_mw(raw_mw);
+    phase.next("done");
 
     const double k = clock.us_per_tick();
     const double mw1 = median_us(s.mw1, k), mw2 = median_us(s.mw2, k), rebind = median_us(s.mw2_rebind, k),
@@ -266,13 +266,24 @@ int main(int argc, char** argv) {
                  handler_turn = median_us(s.handler_turn, k);
     const char* how = caps.rereg_mr ? "ibv_rereg_mr" : "ibv_dereg_mr+ibv_reg_mr";
     if (json) {
-      std::printf("{\"device\": \"%s\", \"iters\": %d, \"rereg_iters\": %d, \"rereg_method\": \"%s\",\n"
-                  " \"mw1_bind_us\": %.2f, \"mw2_bind_us\": %.2f, \"mw2_rebind_us\": %.2f, \"rereg_or_reg_us\": %.2f,\n"
-                  " \"mw_vs_rereg_speedup\": %.2f, \"raw_mw2_bind_us\": %.2f, \"bind_overhead_ratio\": %.3f,\n"
-                  " \"mw2_bind_handler_us\": %.2f, \"bind_overhead_ratio_handler\": %.3f,\n"
-                  " \"mw2_bind_event_us\": %.2f, \"loop_turn_us\": %.2f, \"handler_turn_us\": %.2f}\n",
-                  dev.name().c_str(), iters, rereg_iters, how, mw1, mw2, rebind, rereg, rereg / rebind, raw, mw2 / raw,
-                  handler, handler / raw, event, turn, handler_turn);
+      const auto r2 = [](double x) { return json_output::rounded(x, 2); };
+      const auto r3 = [](double x) { return json_output::rounded(x, 3); };
+      json_output::print(json_output::json::object{{"device", dev.name()},
+                                                   {"iters", iters},
+                                                   {"rereg_iters", rereg_iters},
+                                                   {"rereg_method", how},
+                                                   {"mw1_bind_us", r2(mw1)},
+                                                   {"mw2_bind_us", r2(mw2)},
+                                                   {"mw2_rebind_us", r2(rebind)},
+                                                   {"rereg_or_reg_us", r2(rereg)},
+                                                   {"mw_vs_rereg_speedup", r2(rereg / rebind)},
+                                                   {"raw_mw2_bind_us", r2(raw)},
+                                                   {"bind_overhead_ratio", r3(mw2 / raw)},
+                                                   {"mw2_bind_handler_us", r2(handler)},
+                                                   {"bind_overhead_ratio_handler", r3(handler / raw)},
+                                                   {"mw2_bind_event_us", r2(event)},
+                                                   {"loop_turn_us", r2(turn)},
+                                                   {"handler_turn_us", r2(handler_turn)}});
     } else {
       std::printf("device %s, %d binds per figure, %d re-registrations (%s)\n", dev.name().c_str(), iters,
                   rereg_iters, how);

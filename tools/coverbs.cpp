@@ -8,56 +8,56 @@
 //   coverbs --help
 #include <coverbs/coverbs.hpp>
 
+#include "command_line.hpp"
+#include "json_output.hpp"
 #include "registration_commands.hpp"
 
 #include <boost/asio/io_context.hpp>
 
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
 namespace {
 
-int usage(FILE* to) {
-  std::fprintf(to, "usage: coverbs devices [--json | --windows]\n"
-                   "       coverbs reg-latency [--size 4K..1G] [--percentiles 50,99,99.9] [--iters N] [--device NAME]\n"
-                   "       coverbs stress [--size 1G] [--count N] [--threads T] [--device NAME]\n"
-                   "  devices             list RDMA devices: memory-window types, limits, default GID of port 1\n"
-                   "  devices --windows   self-test a bind, rebind and invalidation of each window type on each\n"
-                   "                      device, then print the memory-window counters of this process\n"
-                   "  reg-latency         registration latency by size: synchronous ibv_reg_mr, through the worker\n"
-                   "                      pool, a registration-cache hit, a pool allocation\n"
-                   "  stress              register and deregister from several threads; failures by errno\n");
-  return to == stdout ? 0 : 2;
-}
+const char* const usage =
+    "usage: coverbs devices [--json | --windows]\n"
+    "       coverbs reg-latency [--size 4K..1G] [--percentiles 50,99,99.9] [--iters N] [--device NAME]\n"
+    "       coverbs stress [--size 1G] [--count N] [--threads T] [--device NAME]\n"
+    "  devices             list RDMA devices: memory-window types, limits, default GID of port 1\n"
+    "  devices --windows   self-test a bind, rebind and invalidation of each window type on each\n"
+    "                      device, then print the memory-window counters of this process\n"
+    "  reg-latency         registration latency by size: synchronous ibv_reg_mr, through the worker\n"
+    "                      pool, a registration-cache hit, a pool allocation\n"
+    "  stress              register and deregister from several threads; failures by errno\n";
 
 int devices(bool json) {
-  const auto list = coverbs::list_devices();
-  if (json) std::printf("[");
-  bool first = true;
-  for (const coverbs::device_info& info : list) {
+  json_output::json::array out;
+  for (const coverbs::device_info& info : coverbs::list_devices()) {
     coverbs::device dev = coverbs::device::open(info.name);
     const coverbs::device_caps& c = dev.caps();
     const coverbs::port_attributes port = dev.query_port(1);
     std::string gid = "-";
     if (port.active()) gid = dev.default_gid(1).value.to_string();
     if (json) {
-      std::printf("%s\n {\"name\": \"%s\", \"mw_types\": \"%s\", \"max_mw\": %u, \"max_mr\": %u, "
-                  "\"atomics\": \"%s\", \"odp\": %s, \"rereg_mr\": %s, \"port1_active\": %s, \"default_gid\": \"%s\"}",
-                  first ? "" : ",", info.name.c_str(), coverbs::mw_types_string(c).c_str(), c.max_mw, c.max_mr,
-                  coverbs::to_string(c.atomics), c.odp ? "true" : "false", c.rereg_mr ? "true" : "false",
-                  port.active() ? "true" : "false", gid.c_str());
+      out.push_back({{"name", info.name},
+                     {"mw_types", coverbs::mw_types_string(c)},
+                     {"max_mw", c.max_mw},
+                     {"max_mr", c.max_mr},
+                     {"atomics", coverbs::to_string(c.atomics)},
+                     {"odp", c.odp},
+                     {"rereg_mr", c.rereg_mr},
+                     {"port1_active", port.active()},
+                     {"default_gid", gid}});
     } else {
       std::printf("%-10s mw %-14s max_mw %-8u max_mr %-8u atomics %-6s odp %-3s rereg %-3s port1 %-6s gid %s\n",
                   info.name.c_str(), coverbs::mw_types_string(c).c_str(), c.max_mw, c.max_mr,
                   coverbs::to_string(c.atomics), c.odp ? "yes" : "no", c.rereg_mr ? "yes" : "no",
                   port.active() ? "active" : "down", gid.c_str());
     }
-    first = false;
   }
-  if (json) std::printf("\n]\n");
+  if (json) json_output::print(out);
   return 0;
 }
 
@@ -123,25 +123,24 @@ int windows() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) return usage(stderr);
-  const std::string cmd = argv[1];
-  if (cmd == "--help" || cmd == "-h") return usage(stdout);
+  CLI::App app{"", "coverbs"};
+  command_line::describe(app, usage);
+  app.require_subcommand(0, 1);
+  CLI::App* list = app.add_subcommand("devices");
+  command_line::describe(*list, usage);
+  bool json = false, self_test = false;
+  list->add_flag("--json", json);
+  list->add_flag("--windows", self_test)->excludes(list->get_option("--json"));
+  const auto reg_latency = coverbs::cli::add_reg_latency(app);
+  const auto stress = coverbs::cli::add_stress(app);
+  if (const auto status = command_line::parse(app, argc, argv)) return *status;
+  if (app.get_subcommands().empty()) return command_line::bad("coverbs", "say what to run: devices, reg-latency or stress");
   try {
-    if (cmd == "devices") {
-      if (argc == 3 && (!std::strcmp(argv[2], "--help") || !std::strcmp(argv[2], "-h"))) return usage(stdout);
-      if (argc == 3 && !std::strcmp(argv[2], "--windows")) return windows();
-      if (argc > 3 || (argc == 3 && std::strcmp(argv[2], "--json"))) {
-        std::fprintf(stderr, "coverbs devices: unknown argument '%s'\n", argv[argc - 1]);
-        return usage(stderr);
-      }
-      return devices(argc == 3);
-    }
-    if (cmd == "reg-latency") return coverbs::cli::reg_latency(argc - 2, argv + 2);
-    if (cmd == "stress") return coverbs::cli::stress(argc - 2, argv + 2);
+    if (app.got_subcommand("reg-latency")) return reg_latency();
+    if (app.got_subcommand("stress")) return stress();
+    return self_test ? windows() : devices(json);
   } catch (const coverbs::system_error& e) {
     std::fprintf(stderr, "coverbs: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "coverbs: unknown command '%s'\n", cmd.c_str());
-  return usage(stderr);
 }

@@ -1,5 +1,6 @@
 #include "registration_commands.hpp"
-#include "size_argument.hpp"
+#include "command_line.hpp"
+#include "json_output.hpp"
 
 #include <coverbs/buffer_pool.hpp>
 #include <coverbs/coverbs.hpp>
@@ -7,6 +8,8 @@
 #include <coverbs/registration_service.hpp>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -18,13 +21,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace coverbs::cli {
@@ -33,34 +37,39 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 constexpr auto rights = access::local_write | access::remote_read | access::remote_write;
 
-/// A command-line mistake: printed as "coverbs <command>: <message>", exit status 2.
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 /// Sizes on the command line: 1 byte to 64 GiB (the memory is touched and registered, so it must fit in
 /// physical memory too: see `fits`).
 constexpr std::uint64_t max_size = std::uint64_t{64} << 30;
 
-std::size_t parse_size(const std::string& s, const char* option) {
-  const auto n = size_argument::parse(s, 1, max_size);
-  if (!n) throw usage_error(size_argument::expected(option, s, 1, max_size));
-  return static_cast<std::size_t>(*n);
+/// `--size A..B` (or one size A): both ends a size (command_line::size), from small to large.
+CLI::Validator size_range() {
+  return {[](std::string& text) -> std::string {
+            const auto dots = text.find("..");
+            const std::string lo = text.substr(0, dots), hi = dots == std::string::npos ? lo : text.substr(dots + 2);
+            for (const std::string& end : {lo, hi})
+              if (!size_argument::parse(end, 1, max_size)) return size_argument::expected(end, 1, max_size);
+            if (*size_argument::parse(lo, 1, max_size) > *size_argument::parse(hi, 1, max_size))
+              return "the range must go from small to large, e.g. 4K..1G (got '" + text + "')";
+            return {};
+          },
+          "A..B", "size_range"};
+}
+
+/// A percentile: a number in (0, 100].
+CLI::Validator percentile_value() {
+  return {[](std::string& text) -> std::string {
+            char* end = nullptr;
+            const double x = std::strtod(text.c_str(), &end);
+            if (text.empty() || *end || !(x > 0 && x <= 100))
+              return "takes numbers in (0, 100] separated by commas, e.g. 50,99,99.9 (got '" + text + "')";
+            return {};
+          },
+          "P", "percentile"};
 }
 
 /// Refuses (before any device is opened) a size that cannot be pinned on this machine.
 void fits(std::size_t bytes, const char* what, const char* option) {
   if (const auto why = size_argument::exceeds_memory(what, bytes, option, bytes)) throw std::runtime_error(*why);
-}
-
-unsigned long parse_count(const std::string& s, const char* option, unsigned long max) {
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long n = std::strtoul(s.c_str(), &end, 10);
-  if (s.empty() || s[0] < '0' || s[0] > '9' || *end || errno || n == 0 || n > max) // no sign: "-1" is not ULONG_MAX
-    throw usage_error(std::string(option) + " takes a whole number from 1 to " + std::to_string(max) + " (got '" + s +
-                      "')");
-  return n;
 }
 
 std::string human(std::size_t bytes) {
@@ -122,52 +131,71 @@ const char* const stress_usage = "usage: coverbs stress [--size 1G] [--count N] 
                                  "  register and deregister the same memory from T threads, N registrations in all;\n"
                                  "  failures by errno (--size: 1 byte to 64G, within physical memory)\n";
 
-int reg_latency(int argc, char** argv) try {
+namespace {
+
+struct reg_latency_options {
   std::size_t lo = 4096, hi = std::size_t{1} << 30;
   std::vector<double> percentiles{50, 99, 99.9};
   unsigned long iters = 0;
   std::string name;
   bool json = false;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw usage_error(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::printf("%s", reg_latency_usage);
-      return 0;
-    }
-    if (a == "--size") {
-      const std::string v = value();
-      const auto dots = v.find("..");
-      lo = parse_size(v.substr(0, dots), "--size");
-      hi = dots == std::string::npos ? lo : parse_size(v.substr(dots + 2), "--size");
-      if (lo > hi) throw usage_error("--size " + v + ": the range must go from small to large (e.g. 4K..1G)");
-    } else if (a == "--percentiles") {
-      percentiles.clear();
-      const std::string v = value();
-      for (std::size_t p = 0; p <= v.size();) {
-        const std::size_t q = std::min(v.find(',', p), v.size());
-        char* end = nullptr;
-        const std::string item = v.substr(p, q - p);
-        const double x = std::strtod(item.c_str(), &end);
-        if (item.empty() || *end || !(x > 0 && x <= 100))
-          throw usage_error("--percentiles takes numbers in (0, 100] separated by commas, e.g. 50,99,99.9 (got '" +
-                            item + "')");
-        percentiles.push_back(x);
-        p = q + 1;
-      }
-    } else if (a == "--iters") {
-      iters = parse_count(value(), "--iters", 100000);
-    } else if (a == "--device") {
-      name = value();
-    } else if (a == "--json") {
-      json = true;
-    } else {
-      throw usage_error("unknown option '" + a + "' (try coverbs reg-latency --help)");
-    }
-  }
+};
+
+struct stress_options {
+  std::size_t size = std::size_t{1} << 30;
+  unsigned long count = 100, threads = 4;
+  std::string name;
+};
+
+int reg_latency(const reg_latency_options& o);
+int stress(const stress_options& o);
+
+/// Runs `command` and turns what it throws into a message on stderr: "coverbs NAME: ...", exit status 1.
+template <class Command>
+int report_errors(const char* name, Command command) try {
+  return command();
+} catch (const std::runtime_error& e) {
+  std::fprintf(stderr, "coverbs %s: %s\n", name, e.what());
+  return 1;
+} catch (const std::bad_alloc&) {
+  std::fprintf(stderr, "coverbs %s: out of memory: %s; choose a smaller --size\n", name,
+               size_argument::limits().c_str());
+  return 1;
+}
+
+} // namespace
+
+std::function<int()> add_reg_latency(CLI::App& app) {
+  CLI::App* sub = app.add_subcommand("reg-latency");
+  command_line::describe(*sub, reg_latency_usage);
+  auto o = std::make_shared<reg_latency_options>();
+  sub->add_option_function<std::string>("--size", [o](const std::string& v) {
+       const auto dots = v.find("..");
+       o->lo = *size_argument::parse(v.substr(0, dots), 1, max_size);
+       o->hi = dots == std::string::npos ? o->lo : *size_argument::parse(v.substr(dots + 2), 1, max_size);
+     })->check(size_range());
+  sub->add_option("--percentiles", o->percentiles)->delimiter(',')->check(percentile_value());
+  sub->add_option("--iters", o->iters)->check(command_line::count(1, 100000));
+  sub->add_option("--device", o->name);
+  sub->add_flag("--json", o->json);
+  return [o] { return report_errors("reg-latency", [&] { return reg_latency(*o); }); };
+}
+
+std::function<int()> add_stress(CLI::App& app) {
+  CLI::App* sub = app.add_subcommand("stress");
+  command_line::describe(*sub, stress_usage);
+  auto o = std::make_shared<stress_options>();
+  sub->add_option("--size", o->size)->transform(command_line::size(1, max_size));
+  sub->add_option("--count", o->count)->check(command_line::count(1, 100000000));
+  sub->add_option("--threads", o->threads)->check(command_line::count(1, 1024));
+  sub->add_option("--device", o->name);
+  return [o] { return report_errors("stress", [&] { return stress(*o); }); };
+}
+
+namespace {
+
+int reg_latency(const reg_latency_options& o) {
+  const auto [lo, hi, percentiles, iters, name, json] = o;
   fits(hi, "the memory to register", "--size");
 
   device dev = device::open(name);
@@ -185,9 +213,8 @@ int reg_latency(int argc, char** argv) try {
   mapping memory(hi);
   const bool long_sweep = hi >= (std::size_t{64} << 20);
 
-  if (json)
-    std::printf("[");
-  else {
+  json_output::json::array rows; // --json: one object per size and mode
+  if (!json) {
     std::printf("%-10s %-6s", "size", "mode");
     for (double p : percentiles) {
       char label[32];
@@ -243,11 +270,13 @@ int reg_latency(int argc, char** argv) try {
       const auto& v = samples[mode];
       if (v.empty()) continue;
       if (json) {
-        std::printf("%s\n {\"bytes\": %zu, \"mode\": \"%s\", \"samples\": %zu",
-                    k || std::strcmp(mode, "sync") ? "," : "", size, mode, v.size());
-        for (double p : percentiles)
-          std::printf(", \"p%g_us\": %.3f", p, percentile(v, p));
-        std::printf("}");
+        json_output::json::object row{{"bytes", size}, {"mode", mode}, {"samples", v.size()}};
+        for (double p : percentiles) {
+          char key[32];
+          std::snprintf(key, sizeof key, "p%g_us", p);
+          row[key] = json_output::rounded(percentile(v, p), 3);
+        }
+        rows.push_back(std::move(row));
       } else {
         std::printf("%-10s %-6s", human(size).c_str(), mode);
         for (double p : percentiles)
@@ -258,44 +287,12 @@ int reg_latency(int argc, char** argv) try {
     std::fflush(stdout);
   }
   if (long_sweep) progress(sizes.size(), sizes.size(), "done");
-  if (json) std::printf("\n]\n");
+  if (json) json_output::print(rows);
   return 0;
-} catch (const usage_error& e) {
-  std::fprintf(stderr, "coverbs reg-latency: %s\n", e.what());
-  return 2;
-} catch (const std::runtime_error& e) {
-  std::fprintf(stderr, "coverbs reg-latency: %s\n", e.what());
-  return 1;
-} catch (const std::bad_alloc&) {
-  std::fprintf(stderr, "coverbs reg-latency: out of memory: %s; choose a smaller --size\n", size_argument::limits().c_str());
-  return 1;
 }
 
-int stress(int argc, char** argv) try {
-  std::size_t size = std::size_t{1} << 30;
-  unsigned long count = 100, threads = 4;
-  std::string name;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw usage_error(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::printf("%s", stress_usage);
-      return 0;
-    }
-    if (a == "--size")
-      size = parse_size(value(), "--size");
-    else if (a == "--count")
-      count = parse_count(value(), "--count", 100000000);
-    else if (a == "--threads")
-      threads = parse_count(value(), "--threads", 1024);
-    else if (a == "--device")
-      name = value();
-    else
-      throw usage_error("unknown option '" + a + "' (try coverbs stress --help)");
-  }
+int stress(const stress_options& o) {
+  const auto [size, count, threads, name] = o;
   fits(size, "the memory to register", "--size");
   device dev = device::open(name);
   protection_domain pd(dev);
@@ -305,9 +302,12 @@ int stress(int argc, char** argv) try {
   std::map<std::string, unsigned long> failures;
   std::vector<double> latencies;
   const auto start = clock_type::now();
-  std::vector<std::thread> pool;
+  // Progress, a line per phase on stderr (stdout keeps the report).
+  std::fprintf(stderr, "coverbs stress: registering %s %lu times from %lu threads\n", human(size).c_str(), count,
+               threads);
+  boost::asio::thread_pool pool(threads); // one registering task per thread of the pool
   for (unsigned long t = 0; t < threads; ++t)
-    pool.emplace_back([&] {
+    boost::asio::post(pool, [&] {
       std::vector<double> mine;
       std::map<std::string, unsigned long> failed;
       while (next.fetch_add(1) < count) {
@@ -329,9 +329,9 @@ int stress(int argc, char** argv) try {
       for (const auto& [k, v] : failed)
         failures[k] += v;
     });
-  for (auto& t : pool)
-    t.join();
+  pool.join();
   const double seconds = us_since(start) / 1e6;
+  std::fprintf(stderr, "coverbs stress: %lu registrations done in %.1f s\n", count, seconds);
   unsigned long failed = 0;
   for (const auto& [k, v] : failures)
     failed += v;
@@ -346,15 +346,8 @@ int stress(int argc, char** argv) try {
   for (const auto& [k, v] : failures)
     std::printf("  %8lu  %s\n", v, k.c_str());
   return failed ? 1 : 0;
-} catch (const usage_error& e) {
-  std::fprintf(stderr, "coverbs stress: %s\n", e.what());
-  return 2;
-} catch (const std::runtime_error& e) {
-  std::fprintf(stderr, "coverbs stress: %s\n", e.what());
-  return 1;
-} catch (const std::bad_alloc&) {
-  std::fprintf(stderr, "coverbs stress: out of memory: %s; choose a smaller --size\n", size_argument::limits().c_str());
-  return 1;
 }
+
+} // namespace
 
 } // namespace coverbs::cli

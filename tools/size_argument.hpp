@@ -64,10 +64,10 @@ inline std::string human(std::uint64_t bytes) {
   return out;
 }
 
-/// Why `text` was refused: "--size takes a size from 4K to 64G: bytes, or with a K, M, G or T suffix
-/// (powers of 1024), e.g. 4096, 64K, 16M, 1G (got '-1')".
-inline std::string expected(std::string_view flag, std::string_view got, std::uint64_t min, std::uint64_t max) {
-  return std::string(flag) + " takes a size from " + text(min) + " to " + text(max) +
+/// Why `got` was refused, to follow the option's name: "takes a size from 4K to 64G: bytes, or with a K, M,
+/// G or T suffix (powers of 1024), e.g. 4096, 64K, 16M, 1G (got '-1')".
+inline std::string expected(std::string_view got, std::uint64_t min, std::uint64_t max) {
+  return "takes a size from " + text(min) + " to " + text(max) +
          ": bytes, or with a K, M, G or T suffix (powers of 1024), e.g. 4096, 64K, 16M, 1G (got '" + std::string(got) +
          "')";
 }

@@ -6,7 +6,7 @@
 //   tools/rxe-vm -- build/docs/device_tour
 #include <coverbs/coverbs.hpp>
 
-#include "../../tools/size_argument.hpp"
+#include "../../tools/command_line.hpp"
 
 #include <cerrno>
 #include <chrono>
@@ -17,13 +17,6 @@
 #include <vector>
 
 namespace {
-
-int usage(const char* prog, const char* why = nullptr) {
-  if (why) std::fprintf(stderr, "%s: %s\n", prog, why);
-  std::fprintf(why ? stderr : stdout,
-               "usage: %s [--device NAME] [--size BYTES]   (BYTES: 1 .. 16 GiB, default 64 MiB)\n", prog);
-  return why ? 2 : 0;
-}
 
 void print_caps(const coverbs::device& dev) {
   const coverbs::device_caps& c = dev.caps();
@@ -53,19 +46,12 @@ void print_caps(const coverbs::device& dev) {
 int main(int argc, char** argv) {
   std::string name;
   std::size_t size = 64u << 20;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) return usage(argv[0]);
-    if (!std::strcmp(argv[i], "--device") && i + 1 < argc) {
-      name = argv[++i];
-    } else if (!std::strcmp(argv[i], "--size") && i + 1 < argc) {
-      const char* text = argv[++i];
-      const auto n = size_argument::parse(text, 1, 16ull << 30);
-      if (!n) return usage(argv[0], size_argument::expected("--size", text, 1, 16ull << 30).c_str());
-      size = *n;
-    } else {
-      return usage(argv[0], "unknown or incomplete argument");
-    }
-  }
+  CLI::App app{"", argc > 0 ? argv[0] : "device_tour"};
+  command_line::describe(app, "usage: " + app.get_name() +
+                                  " [--device NAME] [--size BYTES]   (BYTES: 1 .. 16 GiB, default 64 MiB)\n");
+  app.add_option("--device", name);
+  app.add_option("--size", size)->transform(command_line::size(1, 16ull << 30));
+  if (const auto status = command_line::parse(app, argc, argv)) return *status;
   if (const auto why = size_argument::exceeds_memory("the buffer to register", size, "--size", size)) {
     std::fprintf(stderr, "device_tour: %s\n", why->c_str());
     return 1;

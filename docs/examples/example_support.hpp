@@ -13,7 +13,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include "../../tools/size_argument.hpp"
+#include "../../tools/command_line.hpp"
 
 #include <arpa/inet.h>
 #include <net/if.h>
@@ -104,23 +104,9 @@ struct numeric_option {
 };
 
 /// Prints why the command line is bad and where to look. @returns 2, the exit status for a bad command line.
-inline int bad_command_line(const std::string& prog, const std::string& why) {
-  std::fprintf(stderr, "%s: %s\n(%s --help tells how to run it)\n", prog.c_str(), why.c_str(), prog.c_str());
-  return 2;
-}
+inline int bad_command_line(const std::string& prog, const std::string& why) { return ::command_line::bad(prog, why); }
 
 namespace detail {
-
-/// A whole number in [min, max]; with `bytes`, a K, M, G or T suffix multiplies it by a power of 1024
-/// (the parser of the tool and the benchmarks: tools/size_argument.hpp; no sign, no overflow).
-inline bool parse_number(std::string_view text, std::uint64_t min, std::uint64_t max, std::uint64_t& out,
-                         bool bytes = false) {
-  if (!bytes && text.find_first_not_of("0123456789") != std::string_view::npos) return false;
-  const std::optional<std::uint64_t> n = size_argument::parse(text, min, max);
-  if (!n) return false;
-  out = *n;
-  return true;
-}
 
 /// A numeric IPv4 or IPv6 address; an IPv6 one may name its interface ("fe80::1%veth0"), which a
 /// link-local address needs.
@@ -133,13 +119,6 @@ inline bool numeric_address(const std::string& text) {
          if_nametoindex(text.substr(percent + 1).c_str()) != 0;
 }
 
-/// `n` as written on the command line: "4096", or with `bytes` a whole "64M" where it divides.
-inline std::string number_text(std::uint64_t n, bool bytes) {
-  for (const auto& [shift, unit] : {std::pair{30, "G"}, std::pair{20, "M"}, std::pair{10, "K"}})
-    if (bytes && n != 0 && n % (std::uint64_t{1} << shift) == 0) return std::to_string(n >> shift) + unit;
-  return std::to_string(n);
-}
-
 /// "--listen or --self-test".
 inline std::string roles_text(unsigned roles) {
   std::string out;
@@ -150,17 +129,20 @@ inline std::string roles_text(unsigned roles) {
 
 }  // namespace detail
 
-/// Reads option `o`'s value, the argument after `argv[i]`, and steps `i` over it.
-/// @returns why it is bad ("--clients takes a whole number from 1 to 32 (got 'x')"), or nothing.
-inline std::optional<std::string> take_number(const numeric_option& o, int argc, char** argv, int& i) {
-  const bool given = i + 1 < argc;
-  if (given && detail::parse_number(argv[i + 1], o.min, o.max, *o.value, o.bytes)) {
-    ++i;
-    return std::nullopt;
-  }
-  return std::string(o.name) + " takes " + (o.bytes ? "a size in bytes" : "a whole number") + " from " +
-         detail::number_text(o.min, o.bytes) + " to " + detail::number_text(o.max, o.bytes) +
-         (o.bytes ? " (K, M, G, T: binary units)" : "") + (given ? " (got '" + std::string(argv[i + 1]) + "')" : "");
+/// Adds option `o` to `app`: a whole number, or a size with `o.bytes` (tools/command_line.hpp validators).
+inline CLI::Option* add_numeric(CLI::App& app, const numeric_option& o) {
+  const std::string name(o.name);
+  if (o.bytes) return app.add_option(name, *o.value)->transform(::command_line::size(o.min, o.max));
+  return app.add_option(name, *o.value)->check(::command_line::count(o.min, o.max));
+}
+
+/// The port of `--listen ADDR PORT` or `--connect ADDR PORT`, from `lowest` to 65535, or why it is bad.
+inline std::optional<std::string> parse_port(const std::string& text, std::uint64_t lowest, std::uint16_t& port) {
+  const auto n = text.find_first_not_of("0123456789") == std::string::npos ? size_argument::parse(text, lowest, 65535)
+                                                                            : std::nullopt;
+  if (!n) return "the port must be a number from " + std::to_string(lowest) + " to 65535 (got '" + text + "')";
+  port = static_cast<std::uint16_t>(*n);
+  return std::nullopt;
 }
 
 /// Why `bytes` of memory to register for `what` (set by option `flag`) cannot be had on this machine (it
@@ -185,49 +167,41 @@ inline std::optional<std::string> check_role(std::string_view name, unsigned rol
 }
 
 /// Parses `--help`, the role (`--self-test [--address ADDR]`, `--listen ADDR PORT`, `--connect ADDR PORT`)
-/// and `options`; an option given with a role it does not belong to is bad input. Prints `usage` for --help,
-/// or the reason for bad input.
+/// and `options` with CLI11; an option given with a role it does not belong to is bad input. Prints `usage` for
+/// --help, or the reason for bad input.
 /// @returns the exit status to leave with now (0 after --help, 2 for bad input), or nothing to go on.
 inline std::optional<int> parse_command_line(int argc, char** argv, std::string_view usage, command_line& out,
                                              std::initializer_list<numeric_option> options) {
   const std::string prog = argc > 0 ? argv[0] : "example";
   auto bad = [&](const std::string& why) { return std::optional<int>(bad_command_line(prog, why)); };
-  bool have_role = false;
-  std::vector<std::pair<std::string_view, unsigned>> given;  // options given and their roles
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    const int left = argc - 1 - i;
-    if (arg == "--help" || arg == "-h") {
-      std::printf("%.*sExit status: 0 every check held; 1 a check failed or an error occurred; 2 bad command line.\n",
-                  static_cast<int>(usage.size()), usage.data());
-      return 0;
-    }
-    if (arg == "--self-test" || arg == "--listen" || arg == "--connect") {
-      if (have_role) return bad("give one of --self-test, --listen and --connect");
-      have_role = true;
-      if (arg == "--self-test") continue;
-      if (left < 2) return bad(std::string(arg) + " takes an address and a port");
-      out.mode = arg == "--listen" ? role::listen : role::connect;
-      out.address = argv[++i];
-      std::uint64_t port = 0;
-      if (!detail::parse_number(argv[++i], 1, 65535, port))
-        return bad("the port must be a number from 1 to 65535 (got '" + std::string(argv[i]) + "')");
-      out.port = static_cast<std::uint16_t>(port);
-    } else if (arg == "--address") {
-      if (left < 1) return bad("--address takes a numeric IP address");
-      out.address = argv[++i];
-      given.emplace_back(arg, in_self_test);
-    } else {
-      const auto* o =
-          std::find_if(options.begin(), options.end(), [&](const numeric_option& o) { return o.name == arg; });
-      if (o == options.end()) return bad("unknown argument '" + std::string(arg) + "'");
-      if (const auto why = take_number(*o, argc, argv, i)) return bad(*why);
-      given.emplace_back(o->name, o->roles);
-    }
+  CLI::App app{"", prog};
+  ::command_line::describe(
+      app, std::string(usage) + "Exit status: 0 every check held; 1 a check failed or an error occurred; 2 bad command line.\n");
+  bool self_test = false;
+  std::vector<std::string> listen, connect;
+  app.add_flag("--self-test", self_test);
+  app.add_option("--listen", listen)->expected(2);
+  app.add_option("--connect", connect)->expected(2);
+  app.add_option("--address", out.address);
+  std::vector<std::pair<std::string_view, unsigned>> roles{{"--address", in_self_test}};  // options and their roles
+  for (const numeric_option& o : options) {
+    add_numeric(app, o);
+    roles.emplace_back(o.name, o.roles);
   }
-  if (!have_role) return bad("say what to run: --self-test, --listen ADDR PORT or --connect ADDR PORT");
-  for (const auto& [name, roles] : given)
-    if (const auto why = check_role(name, roles, out.mode)) return bad(*why);
+  if (const std::optional<int> status = ::command_line::parse(app, argc, argv)) return status;
+  if (self_test + !listen.empty() + !connect.empty() != 1)
+    return bad(self_test || !listen.empty() || !connect.empty()
+                   ? "give one of --self-test, --listen and --connect"
+                   : "say what to run: --self-test, --listen ADDR PORT or --connect ADDR PORT");
+  if (!self_test) {
+    const std::vector<std::string>& where = listen.empty() ? connect : listen;
+    out.mode = listen.empty() ? role::connect : role::listen;
+    out.address = where[0];
+    if (const auto why = parse_port(where[1], 1, out.port)) return bad(*why);
+  }
+  for (const auto& [name, in] : roles)
+    if (app.count(std::string(name)))
+      if (const auto why = check_role(name, in, out.mode)) return bad(*why);
   if (const auto why = check_address(out.address)) return bad(*why);
   return std::nullopt;
 }

@@ -1476,54 +1476,42 @@ int main(int argc, char** argv) {
       {"--waiting", &waiting, 0, 4096, in_connect},
       {"--timeout", &timeout, 1, 3600, in_connect},
   };
-  std::vector<std::pair<std::string, unsigned>> given;  // options given and their roles
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
-    const auto o = std::find_if(std::begin(numeric), std::end(numeric), [&](auto& o) { return a == o.name; });
-    if (a == "--help" || a == "-h") {
-      std::printf("%s", usage_text);
-      return 0;
-    }
-    if (o != std::end(numeric)) {
-      if (const auto why = example::take_number(*o, argc, argv, i)) return bad(*why);
-      given.emplace_back(a, o->roles);
-    } else if (a == "--listen" || a == "--connect") {
-      if (mode) return bad("give one of --listen and --connect");
-      mode = a == "--listen" ? role::listen : role::connect;
-      // --listen PORT (the address from --address), the older spelling of --listen ADDR PORT
-      const bool port_alone = *mode == role::listen && value && example::detail::parse_number(value, 0, 65535, port);
-      if (!port_alone) {
-        if (i + 2 >= argc) return bad(a + " takes an address and a port");
-        address = argv[++i];
-        address_given = true;
-      }
-      const std::uint64_t lowest = *mode == role::listen ? 0 : 1;
-      if (!example::detail::parse_number(argv[++i], lowest, 65535, port))
-        return bad("the port must be a number from " + std::to_string(lowest) + " to 65535 (got '" + argv[i] + "')");
-    } else if (a == "--address" || a == "--ready-file") {
-      if (!value || !*value) return bad(a + " takes " + (a == "--address" ? "a numeric IP address" : "a file name"));
-      (a == "--address" ? address : server.ready_file) = argv[++i];
-      address_option = address_option || a == "--address";
-      given.emplace_back(a, in_listen);
-    } else if (a == "--admin") {
-      if (!value || (std::strcmp(value, "compact") && std::strcmp(value, "status") && std::strcmp(value, "shutdown")))
-        return bad("--admin takes 'compact', 'status' or 'shutdown'" +
-                   (value ? " (got '" + std::string(value) + "')" : ""));
-      client.admin = argv[++i];
-      given.emplace_back(a, in_connect);
-    } else if (a == "--after-compaction") {
-      client.after_compaction = true;
-      given.emplace_back(a, in_connect);
-    } else if (a == "--json") {
-      server.json = client.json = true;
-    } else {
-      return bad("unknown argument '" + a + "'");
-    }
+  CLI::App app{"", prog};
+  ::command_line::describe(app, usage_text);
+  std::vector<std::string> listen, connect;
+  app.add_option("--listen", listen)->expected(1, 2);  // --listen PORT --address ADDR: the older spelling
+  app.add_option("--connect", connect)->expected(2);
+  std::vector<std::pair<std::string, unsigned>> roles;  // options and the roles they belong to
+  for (const example::numeric_option& o : numeric) {
+    example::add_numeric(app, o);
+    roles.emplace_back(o.name, o.roles);
   }
+  const auto non_empty = CLI::Validator([](std::string& t) { return t.empty() ? "takes a non-empty value" : ""; }, "");
+  app.add_option("--address", address)->check(non_empty);
+  app.add_option("--ready-file", server.ready_file)->check(non_empty);
+  app.add_option("--admin", client.admin)->check(::command_line::one_of({"compact", "status", "shutdown"}));
+  app.add_flag("--after-compaction", client.after_compaction);
+  app.add_flag("--json", server.json);
+  for (const char* name : {"--address", "--ready-file"})
+    roles.emplace_back(name, in_listen);
+  for (const char* name : {"--admin", "--after-compaction"})
+    roles.emplace_back(name, in_connect);
+  if (const auto status = ::command_line::parse(app, argc, argv)) return *status;
+  client.json = server.json;
+  if (!listen.empty() && !connect.empty()) return bad("give one of --listen and --connect");
+  if (!listen.empty() || !connect.empty()) {
+    mode = listen.empty() ? role::connect : role::listen;
+    const std::vector<std::string>& where = listen.empty() ? connect : listen;
+    if (where.size() == 2) address = where[0], address_given = true;
+    std::uint16_t p = 0;
+    if (const auto why = example::parse_port(where.back(), *mode == role::listen ? 0 : 1, p)) return bad(*why);
+    port = p;
+  }
+  address_option = app.count("--address") > 0;
   if (!mode) return bad("say what to run: --listen ADDR PORT or --connect ADDR PORT");
-  for (const auto& [name, roles] : given)
-    if (const auto why = example::check_role(name, roles, *mode)) return bad(*why);
+  for (const auto& [name, in] : roles)
+    if (app.count(name))
+      if (const auto why = example::check_role(name, in, *mode)) return bad(*why);
   if (address_given && address_option) return bad("give the address once: --listen ADDR PORT or --address ADDR");
   if (const auto why = example::check_address(address)) return bad(*why);
   if (!server.ready_file.empty()) {  // refused now: a script waiting for the file would wait forever

@@ -1,0 +1,77 @@
+// The helpers every command line and --json output goes through (tools/command_line.hpp,
+// tools/json_output.hpp): sizes and counts checked by CLI11 validators, the last of a repeated option wins,
+// and names with quotes or backslashes come out as valid, escaped JSON.
+#include "../../tools/command_line.hpp"
+#include "../../tools/json_output.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+/// Parses `args` (after the program name) with `app`; the CLI11 error message, or "" on success.
+std::string parse(CLI::App& app, std::vector<std::string> args) {
+  std::vector<char*> argv{const_cast<char*>("prog")};
+  for (auto& a : args)
+    argv.push_back(a.data());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+    return "";
+  } catch (const CLI::ParseError& e) {
+    return e.what();
+  }
+}
+
+} // namespace
+
+TEST_CASE("a size option takes K, M, G suffixes and refuses signs, overflow and out-of-range values", "[command_line]") {
+  CLI::App app{"", "prog"};
+  command_line::describe(app, "usage: prog\n");
+  std::uint64_t size = 0;
+  std::vector<std::uint64_t> sizes;
+  app.add_option("--size", size)->transform(command_line::size(1, std::uint64_t{1} << 30));
+  app.add_option("--sizes", sizes)->delimiter(',')->transform(command_line::size(1, std::uint64_t{1} << 30));
+  CHECK(parse(app, {"--size", "64K", "--sizes", "4K,1M,3"}).empty());
+  CHECK(size == 65536);
+  CHECK(sizes == std::vector<std::uint64_t>{4096, 1 << 20, 3});
+  CHECK(parse(app, {"--size", "4K", "--size", "16M"}).empty());
+  CHECK(size == 16u << 20);  // the last one wins, converted too
+  CHECK(parse(app, {"--size", "-1"}) ==
+        "--size: takes a size from 1 to 1G: bytes, or with a K, M, G or T suffix (powers of 1024), e.g. 4096, 64K, "
+        "16M, 1G (got '-1')");
+  CHECK_THAT(parse(app, {"--size", "18446744073709551616"}), Catch::Contains("(got '18446744073709551616')"));
+  CHECK_THAT(parse(app, {"--size", "2G"}), Catch::Contains("(got '2G')"));
+  CHECK_THAT(parse(app, {"--sizes", "4K,x"}), Catch::StartsWith("--sizes: takes a size") && Catch::Contains("got 'x'"));
+}
+
+TEST_CASE("count and one_of name the option and what it takes", "[command_line]") {
+  CLI::App app{"", "prog"};
+  int n = 0;
+  std::string mode = "spin";
+  app.add_option("--iters", n)->check(command_line::count(2, 100));
+  app.add_option("--mode", mode)->check(command_line::one_of({"spin", "events", "adaptive"}));
+  CHECK(parse(app, {"--iters", "7", "--mode", "events"}).empty());
+  CHECK((n == 7 && mode == "events"));
+  CHECK(parse(app, {"--iters", "1"}) == "--iters: takes a whole number from 2 to 100 (got '1')");
+  CHECK(parse(app, {"--iters", "-5"}) == "--iters: takes a whole number from 2 to 100 (got '-5')");
+  CHECK(parse(app, {"--iters", "4K"}) == "--iters: takes a whole number from 2 to 100 (got '4K')");
+  CHECK(parse(app, {"--mode", "x"}) == "--mode: takes 'spin', 'events' or 'adaptive' (got 'x')");
+}
+
+TEST_CASE("--help prints the usage as written", "[command_line]") {
+  CLI::App app{"", "prog"};
+  command_line::describe(app, "usage: prog [--x N]\n  what it does\n");
+  CHECK(app.help() == "usage: prog [--x N]\n  what it does\n");
+}
+
+TEST_CASE("JSON output escapes quotes, backslashes and control characters", "[json]") {
+  namespace json = json_output::json;
+  const json::value v = json::object{{"name", "rxe\"0\\x\n"}, {"p99_us", json_output::rounded(12.34567, 3)}};
+  const std::string text = json_output::text(v);
+  CHECK_THAT(text, Catch::StartsWith(R"({"name":"rxe\"0\\x\n","p99_us":)"));
+  // What any reader gets back: the name as it was.
+  CHECK(json::parse(text).at("name").as_string() == "rxe\"0\\x\n");
+  CHECK(json::parse(text).at("p99_us").as_double() == 12.346);
+}

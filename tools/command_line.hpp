@@ -1,0 +1,96 @@
+#pragma once
+// The command lines of the coverbs tool, the benchmarks and the examples, all parsed by CLI11: the validators
+// they share (sizes, whole numbers, one word of a list) and one way to end on --help or bad input.
+// Header-only, no coverbs dependency.
+#include "size_argument.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace command_line {
+
+/// A size in bytes in [min, max] (size_argument::parse: "4096", "64K", "16M", "1G"; no sign, no overflow).
+/// A transform (`option->transform(size(...))`): the option receives the number of bytes. Refused text gets
+/// "OPTION: takes a size from ...".
+inline CLI::Validator size(std::uint64_t min, std::uint64_t max) {
+  return {[=](std::string& text) -> std::string {
+            const auto n = size_argument::parse(text, min, max);
+            if (!n) return size_argument::expected(text, min, max);
+            text = std::to_string(*n);
+            return {};
+          },
+          "SIZE " + size_argument::text(min) + ".." + size_argument::text(max), "size"};
+}
+
+/// A whole number in [min, max], decimal digits only (no sign: "-1" is not 2^64-1).
+/// Refused text gets "OPTION: takes a whole number from MIN to MAX (got 'TEXT')".
+inline CLI::Validator count(std::uint64_t min, std::uint64_t max) {
+  return {[=](std::string& text) -> std::string {
+            if (text.find_first_not_of("0123456789") == std::string::npos && size_argument::parse(text, min, max))
+              return {};
+            return "takes a whole number from " + std::to_string(min) + " to " + std::to_string(max) + " (got '" +
+                   text + "')";
+          },
+          "N " + std::to_string(min) + ".." + std::to_string(max), "count"};
+}
+
+/// One of `words`. Refused text gets "OPTION: takes 'a', 'b' or 'c' (got 'TEXT')".
+inline CLI::Validator one_of(std::initializer_list<const char*> words) {
+  std::vector<std::string> list(words.begin(), words.end());
+  std::string said;
+  for (std::size_t i = 0; i < list.size(); ++i)
+    said += (i == 0 ? "'" : i + 1 == list.size() ? " or '" : ", '") + list[i] + "'";
+  return {[list, said](std::string& text) -> std::string {
+            for (const std::string& w : list)
+              if (text == w) return {};
+            return "takes " + said + " (got '" + text + "')";
+          },
+          said, "one_of"};
+}
+
+/// A CLI11 application whose --help prints `usage` as written (the programs' usage texts say more than a
+/// generated option list). Every option keeps the last of repeated values, as the programs always did.
+inline void describe(CLI::App& app, const std::string& usage) {
+  app.description(usage);
+  app.formatter_fn([](const CLI::App* a, const std::string&, CLI::AppFormatMode) { return a->get_description(); });
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+}
+
+/// The name of `app` and of the subcommand it ran, for messages: "coverbs stress".
+inline std::string program(const CLI::App& app) {
+  std::string name = app.get_name();
+  for (const CLI::App* sub = &app; !sub->get_subcommands().empty();) {
+    sub = sub->get_subcommands().front();
+    name += " " + sub->get_name();
+  }
+  return name;
+}
+
+/// Prints why the command line is bad and where to look. @returns 2, the exit status for a bad command line.
+inline int bad(const std::string& prog, const std::string& why) {
+  std::fprintf(stderr, "%s: %s\n(%s --help tells how to run it)\n", prog.c_str(), why.c_str(), prog.c_str());
+  return 2;
+}
+
+/// Parses the command line with `app`. --help (of the app or of the subcommand given) prints the usage on
+/// stdout; bad input prints what was wrong on stderr, naming the option and what it takes.
+/// @returns the exit status to leave with now (0 after --help, 2 for bad input), or nothing to go on.
+inline std::optional<int> parse(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+    return std::nullopt;
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    return bad(program(app), e.what());
+  }
+}
+
+} // namespace command_line
