@@ -28,6 +28,7 @@
 
 #include <coverbs/buffer.hpp>
 #include <coverbs/completion_queue.hpp>
+#include <coverbs/detail/handler_executor.hpp>
 #include <coverbs/detail/wr_node.hpp>
 #include <coverbs/device.hpp>
 #include <coverbs/error.hpp>
@@ -98,7 +99,9 @@ error_code prepare_atomic(queue_pair_impl* qp, wr_node& n, const registered_span
 class queue_pair {
 public:
   using executor_type = completion_queue::executor_type;
-  using default_token = boost::asio::use_awaitable_t<executor_type>;
+  /// What an operation uses when given no token: `detail::default_token_t` of the executor type, a coroutine's
+  /// `use_awaitable`.
+  using default_token = detail::default_token_t<executor_type>;
 
   /// Creates an RC queue pair in the RESET state using `cq` for sends and receives.
   /// @throws system_error: `errc::cq_overcommitted` (the queue's depth cannot hold another
@@ -150,7 +153,7 @@ public:
   /// @par Errors `wc_errc` of the completion (rnr_retry_exc_err: the peer posted no receive;
   /// retry_exc_err: the peer is unreachable), `wr_flush_err` after an earlier error, errno of ibv_post_send.
   /// @see ibv_post_send(3)
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
   auto async_send(registered_span buf, Token&& token = default_token{}) {
     return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
         std::forward<Token>(token), [buf](detail::queue_pair_impl* q, detail::wr_node& n) {
@@ -160,7 +163,7 @@ public:
 
   /// Sends `buf` with 32 bits of immediate data (IBV_WR_SEND_WITH_IMM); `imm` in host byte order.
   /// @par Completion Signature `void(error_code, std::size_t bytes)`
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
   auto async_send_with_imm(registered_span buf, std::uint32_t imm, Token&& token = default_token{}) {
     return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
         std::forward<Token>(token), [buf, imm](detail::queue_pair_impl* q, detail::wr_node& n) {
@@ -171,7 +174,7 @@ public:
   /// Sends `buf` and invalidates `rkey` at the peer (IBV_WR_SEND_WITH_INV); the peer's receive reports it
   /// in `received::invalidated_rkey`.
   /// @par Completion Signature `void(error_code, std::size_t bytes)`
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
   auto async_send_with_invalidate(registered_span buf, std::uint32_t rkey, Token&& token = default_token{}) {
     return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
         std::forward<Token>(token), [buf, rkey](detail::queue_pair_impl* q, detail::wr_node& n) {
@@ -183,7 +186,7 @@ public:
   /// @par Completion Signature `void(error_code, received)`: bytes placed, immediate data, invalidated rkey.
   /// @par Errors `wc_errc::loc_len_err` (the message was larger than `buf`), `wr_flush_err`,
   /// `errc::receive_queue_is_shared` (before posting: the queue pair is attached to a shared receive queue).
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, received)> Token = default_token>
   auto async_recv(registered_span buf, Token&& token = default_token{}) {
     return initiate<detail::result_kind::receive, void(error_code, received)>(
         std::forward<Token>(token),
@@ -196,7 +199,7 @@ public:
   /// @par Completion Signature `void(error_code, std::size_t bytes)`
   /// @par Errors `errc::remote_range_too_small` (before posting: `remote.length` < `local.size()`),
   /// `wc_errc::rem_access_err` (bad or revoked rkey, range outside it, no remote_write right).
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
   auto async_write(registered_span local, remote_key remote, Token&& token = default_token{}) {
     return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
         std::forward<Token>(token), [local, remote](detail::queue_pair_impl* q, detail::wr_node& n) {
@@ -205,7 +208,7 @@ public:
   }
 
   /// As `async_write`, and consumes a receive at the peer that reports `imm` (host byte order).
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
   auto async_write_with_imm(registered_span local, remote_key remote, std::uint32_t imm,
                             Token&& token = default_token{}) {
     return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
@@ -217,7 +220,7 @@ public:
   /// Reads `local.size()` bytes from the start of `remote` into `local` (IBV_WR_RDMA_READ); `local` needs
   /// a region with local_write.
   /// @par Completion Signature `void(error_code, std::size_t bytes)`
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
   auto async_read(registered_span local, remote_key remote, Token&& token = default_token{}) {
     return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
         std::forward<Token>(token), [local, remote](detail::queue_pair_impl* q, detail::wr_node& n) {
@@ -230,7 +233,7 @@ public:
   /// @par Completion Signature `void(error_code, std::uint64_t old_value)`
   /// @par Errors `errc::misaligned_atomic` (remote address not 8-byte aligned, IBA o9-21),
   /// `errc::buffer_too_small`, `errc::atomics_unsupported` — all before posting.
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, std::uint64_t)> Token = default_token>
   auto async_fetch_add(registered_span result, remote_key remote, std::uint64_t add, Token&& token = default_token{}) {
     return initiate<detail::result_kind::atomic, void(error_code, std::uint64_t)>(
         std::forward<Token>(token), [result, remote, add](detail::queue_pair_impl* q, detail::wr_node& n) {
@@ -242,7 +245,7 @@ public:
   /// (IBV_WR_ATOMIC_CMP_AND_SWP). The old value goes to `result` and the handler either way; the swap took
   /// place exactly when old value == `compare`.
   /// @par Completion Signature `void(error_code, std::uint64_t old_value)`
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, std::uint64_t)> Token = default_token>
   auto async_compare_swap(registered_span result, remote_key remote, std::uint64_t compare, std::uint64_t swap,
                           Token&& token = default_token{}) {
     return initiate<detail::result_kind::atomic, void(error_code, std::uint64_t)>(
