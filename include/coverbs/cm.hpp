@@ -351,6 +351,18 @@ public:
   auto async_accept(const executor_type& peer_executor, Token&& token = default_token{}) {
     return async_accept(peer_executor, options_connection(), std::forward<Token>(token));
   }
+  /// As the two above with the connection bound to `peer_context.get_executor()` (e.g. an `io_context`).
+  template <class ExecutionContext, boost::asio::completion_token_for<void(error_code, connection)> Token = default_token>
+    requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
+  auto async_accept(ExecutionContext& peer_context, const connection_options& options,
+                    Token&& token = default_token{}) {
+    return async_accept(executor_type(peer_context.get_executor()), options, std::forward<Token>(token));
+  }
+  template <class ExecutionContext, boost::asio::completion_token_for<void(error_code, connection)> Token = default_token>
+    requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
+  auto async_accept(ExecutionContext& peer_context, Token&& token = default_token{}) {
+    return async_accept(executor_type(peer_context.get_executor()), options_connection(), std::forward<Token>(token));
+  }
   /// As `async_accept(options, token)` with `listener_options::connection`.
   template <boost::asio::completion_token_for<void(error_code, connection)> Token = default_token>
   auto async_accept(Token&& token = default_token{}) {

@@ -127,11 +127,16 @@ public:
   /// What a peer passes to `connect`.
   queue_pair_address local_address() const;
   /// Moves RESET → INIT → RTR → RTS towards `remote` (ibv_modify_qp(3) three times).
-  /// @throws system_error with the errno of ibv_modify_qp naming the transition that failed.
+  /// @throws system_error with the errno of ibv_modify_qp naming the transition that failed; the queue pair
+  /// stays in the last state it reached.
   void connect(const queue_pair_address& remote);
+  /// As above; a failure is reported in `ec` (the errno of ibv_modify_qp) instead of thrown.
+  void connect(const queue_pair_address& remote, error_code& ec) noexcept;
   /// Modifies the queue pair (ibv_modify_qp(3)) with `attr` and `mask` (IBV_QP_*), e.g. with attributes
   /// from rdma_init_qp_attr(3). @throws system_error with the verb's errno, naming the transition.
   void modify(ibv_qp_attr& attr, int mask);
+  /// As above; the verb's errno in `ec` instead of thrown.
+  void modify(ibv_qp_attr& attr, int mask, error_code& ec) noexcept;
   /// The state as the device reports it (ibv_query_qp(3)).
   ibv_qp_state state() const;
   /// The error that moved the queue pair to the error state (empty while healthy).
@@ -266,6 +271,9 @@ public:
   }
 
 private:
+  // RESET -> INIT -> RTR -> RTS; on failure sets `ec` and returns the transition that failed.
+  const char* connect_steps(const queue_pair_address& remote, error_code& ec) noexcept;
+
   template <detail::result_kind Kind>
   struct initiation {
     queue_pair* self;
@@ -293,5 +301,7 @@ private:
 /// Connects two queue pairs to each other without rdma_cm (both in this process; for tests and benches).
 /// @throws system_error as `queue_pair::connect`.
 void connect_pair(queue_pair& a, queue_pair& b);
+/// As above; the first failure in `ec` (`a` is connected first: when it fails, `b` is left untouched).
+void connect_pair(queue_pair& a, queue_pair& b, error_code& ec) noexcept;
 
 }  // namespace coverbs

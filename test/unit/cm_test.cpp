@@ -76,6 +76,10 @@ static_assert(!disconnect_accepts<void (*)(error_code, cv::connection)>);
 // An io_context is accepted wherever an executor is, as by Asio's own I/O objects.
 static_assert(std::is_constructible_v<cv::listener, asio::io_context&, std::string_view, std::uint16_t>);
 static_assert(requires(asio::io_context& io) { cv::async_connect(io, "h", 1, [](error_code, cv::connection) {}); });
+static_assert(requires(cv::listener& l, asio::io_context& io) {
+  l.async_accept(io, [](error_code, cv::connection) {});
+  l.async_accept(io, cv::connection_options(), [](error_code, cv::connection) {});
+});
 // Not aggregates, so `{}` inside co_await is value-initialization (see the GCC 12 test below).
 static_assert(!std::is_aggregate_v<cv::connect_options> && !std::is_aggregate_v<cv::connection_options> &&
               !std::is_aggregate_v<cv::listener_options>);

@@ -112,6 +112,13 @@ static_assert(lease_takes<void (*)(error_code, cv::window_lease)> && !lease_take
 static_assert(revoke_takes<void (*)(error_code)> && !revoke_takes<wrong>);
 static_assert(wait_event_takes<void (*)(error_code, cv::device_event)> && !wait_event_takes<wrong>);
 
+// The docs write these in braces inside co_await (`co_await bind_mw(qp, w, mr, {off, n}, ...)`, `co_await
+// rereg(service, std::move(mr), {.rights = rw})`). GCC 12 mishandles a braced aggregate there only when it
+// has members with destructors (see cm.hpp, connection_options): these must stay trivially destructible.
+static_assert(std::is_trivially_destructible_v<cv::window_range> && std::is_aggregate_v<cv::window_range>);
+static_assert(std::is_trivially_destructible_v<cv::rereg_request> && std::is_aggregate_v<cv::rereg_request>);
+static_assert(std::is_trivially_destructible_v<cv::remote_key> && std::is_trivially_destructible_v<span>);
+
 // The default token of an operation on a given executor is that executor's (asio::default_completion_token_t,
 // what as_default_on sets), else use_awaitable.
 using tuple_awaitable = asio::as_tuple_t<asio::use_awaitable_t<>>;
