@@ -5,6 +5,7 @@
 #include <coverbs/memory_window.hpp>
 #include <coverbs/queue_pair.hpp>
 #include <coverbs/registration_service.hpp>
+#include <coverbs/shared_receive_queue.hpp>
 #include <coverbs/window_pool.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -96,6 +97,8 @@ concept lease_takes = requires(cv::window_pool& p, qp& q, const cv::memory_regio
 template <class H>
 concept revoke_takes = requires(cv::window_lease& l, H h) { l.async_revoke(h); };
 template <class H>
+concept srq_recv_takes = requires(cv::shared_receive_queue& q, H h) { q.async_recv(span{}, h); };
+template <class H>
 concept wait_event_takes = requires(cv::device_events& e, H h) { e.async_wait_event(h); };
 
 using wrong = void (*)(error_code, std::string);
@@ -111,6 +114,7 @@ static_assert(allocate_takes<void (*)(error_code, cv::registered_buffer)> && !al
 static_assert(lease_takes<void (*)(error_code, cv::window_lease)> && !lease_takes<wrong>);
 static_assert(revoke_takes<void (*)(error_code)> && !revoke_takes<wrong>);
 static_assert(wait_event_takes<void (*)(error_code, cv::device_event)> && !wait_event_takes<wrong>);
+static_assert(srq_recv_takes<void (*)(error_code, cv::srq_received)> && !srq_recv_takes<wrong>);
 
 // The docs write these in braces inside co_await (`co_await bind_mw(qp, w, mr, {off, n}, ...)`, `co_await
 // rereg(service, std::move(mr), {.rights = rw})`). GCC 12 mishandles a braced aggregate there only when it
