@@ -286,7 +286,7 @@ void install_cancellation(const std::shared_ptr<pending_op>& op) {
 /// A handshake ended: established (`c` set) or failed (`ec`). Runs the listener's side on its executor.
 void report_handshake(std::shared_ptr<pending_op> h, error_code ec, std::shared_ptr<connection_impl> c);
 
-class connection_impl : public std::enable_shared_from_this<connection_impl>, public io_owner {
+class connection_impl final : public std::enable_shared_from_this<connection_impl>, public io_owner {
 public:
   enum class phase {
     idle,
@@ -657,7 +657,7 @@ void end_handshake(const std::shared_ptr<pending_op>& h) {
 /// A listening cm_id and its accepts. Requests are taken while an accept is pending, and each is handshaken
 /// on its own (`pending_op::handshake`), so a requester that never finishes holds nothing but its handshake;
 /// every handshake reports back here (`on_handshake`) and an established one completes an accept.
-class listener_impl : public std::enable_shared_from_this<listener_impl>, public io_owner {
+class listener_impl final : public std::enable_shared_from_this<listener_impl>, public io_owner {
 public:
   listener_impl(const asio::any_io_executor& ex, const listener_options& options) : ex_(ex), options_(options) {}
   ~listener_impl() { close(); }

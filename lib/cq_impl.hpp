@@ -17,7 +17,7 @@
 
 namespace coverbs::detail {
 
-class cq_impl : public std::enable_shared_from_this<cq_impl>, public io_owner {
+class cq_impl final : public std::enable_shared_from_this<cq_impl>, public io_owner {
 public:
   cq_impl(const boost::asio::any_io_executor& ex, ibv_context* context, const completion_queue_options& options);
   ~cq_impl();

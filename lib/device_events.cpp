@@ -197,7 +197,7 @@ void release_async_events(ibv_context* context) noexcept {
 
 // --- device_events_impl ---
 
-class device_events_impl : public std::enable_shared_from_this<device_events_impl>, public io_owner {
+class device_events_impl final : public std::enable_shared_from_this<device_events_impl>, public io_owner {
 public:
   device_events_impl(const boost::asio::any_io_executor& ex, ibv_context* context, const device_events_options& o)
       : executor_(ex), context_(context), fd_(std::in_place, ex), limit_(o.queue_limit) {}

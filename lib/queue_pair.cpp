@@ -521,11 +521,6 @@ ibv_qp_state queue_pair::state() const {
 }
 
 namespace {
-void modify_qp(ibv_qp* qp, ibv_qp_attr& attr, int mask, const std::string& transition) {
-  throw_on_error(verbs_status_result(ibv_modify_qp(qp, &attr, mask)),
-                 "ibv_modify_qp(" + transition + ", qp " + std::to_string(qp->qp_num) + ")");
-}
-
 const char* state_name(ibv_qp_state s) noexcept {
   switch (s) {
   case IBV_QPS_RESET: return "RESET";
@@ -540,24 +535,49 @@ const char* state_name(ibv_qp_state s) noexcept {
 }
 }  // namespace
 
+namespace {
+std::string transition_of(const ibv_qp_attr& attr, int mask) {
+  return (mask & IBV_QP_STATE) ? std::string("->") + state_name(attr.qp_state) : std::string("attributes");
+}
+std::string modify_what(ibv_qp* qp, const std::string& transition) {
+  return "ibv_modify_qp(" + transition + ", qp " + std::to_string(qp->qp_num) + ")";
+}
+}  // namespace
+
 void queue_pair::modify(ibv_qp_attr& attr, int mask) {
-  modify_qp(impl_->qp_, attr, mask,
-            (mask & IBV_QP_STATE) ? std::string("->") + state_name(attr.qp_state) : std::string("attributes"));
+  error_code ec;
+  modify(attr, mask, ec);
+  if (ec) throw_on_error(ec, modify_what(impl_->qp_, transition_of(attr, mask)));
+}
+
+void queue_pair::modify(ibv_qp_attr& attr, int mask, error_code& ec) noexcept {
+  ec = verbs_status_result(ibv_modify_qp(impl_->qp_, &attr, mask));
 }
 
 void queue_pair::connect(const queue_pair_address& remote) {
+  error_code ec;
+  const char* failed = connect_steps(remote, ec);
+  if (ec) throw_on_error(ec, modify_what(impl_->qp_, failed));
+}
+
+void queue_pair::connect(const queue_pair_address& remote, error_code& ec) noexcept {
+  ec = {};
+  (void)connect_steps(remote, ec);
+}
+
+const char* queue_pair::connect_steps(const queue_pair_address& remote, error_code& ec) noexcept {
   detail::queue_pair_impl& q = *impl_;
   const queue_pair_options& o = q.options_;
-  auto modify = [&](ibv_qp_attr& attr, int mask, const char* transition) {
-    modify_qp(q.qp_, attr, mask, transition);
+  auto modify = [&](ibv_qp_attr& attr, int mask) {
+    ec = verbs_status_result(ibv_modify_qp(q.qp_, &attr, mask));
+    return !ec;
   };
   ibv_qp_attr init{};
   init.qp_state = IBV_QPS_INIT;
   init.pkey_index = 0;
   init.port_num = o.port;
   init.qp_access_flags = static_cast<unsigned>(to_verbs(o.remote_access));
-  modify(init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, "RESET->INIT");
-
+  if (!modify(init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) return "RESET->INIT";
   ibv_qp_attr rtr{};
   rtr.qp_state = IBV_QPS_RTR;
   rtr.path_mtu = std::min(o.path_mtu, q.port_.active_mtu);
@@ -573,10 +593,9 @@ void queue_pair::connect(const queue_pair_address& remote) {
     rtr.ah_attr.grh.sgid_index = static_cast<std::uint8_t>(q.gid_.index);
     rtr.ah_attr.grh.hop_limit = 64;
   }
-  modify(rtr,
-         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-             IBV_QP_MIN_RNR_TIMER,
-         "INIT->RTR");
+  if (!modify(rtr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+    return "INIT->RTR";
 
   ibv_qp_attr rts{};
   rts.qp_state = IBV_QPS_RTS;
@@ -585,14 +604,20 @@ void queue_pair::connect(const queue_pair_address& remote) {
   rts.rnr_retry = o.rnr_retry;
   rts.sq_psn = q.psn_;
   rts.max_rd_atomic = o.max_rd_atomic;
-  modify(rts,
-         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC,
-         "RTR->RTS");
+  if (!modify(rts,
+              IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
+    return "RTR->RTS";
+  return nullptr;
 }
 
 void connect_pair(queue_pair& a, queue_pair& b) {
   a.connect(b.local_address());
   b.connect(a.local_address());
+}
+
+void connect_pair(queue_pair& a, queue_pair& b, error_code& ec) noexcept {
+  a.connect(b.local_address(), ec);
+  if (!ec) b.connect(a.local_address(), ec);
 }
 
 }  // namespace coverbs

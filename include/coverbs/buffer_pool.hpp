@@ -122,7 +122,8 @@ public:
   /// `errc::pool_exhausted` (max_arenas reached, or `size` exceeds every class), the errors of `reg_mr`.
   /// @par Per-Operation Cancellation
   /// Terminal, while an arena is being registered (as `reg_shared`).
-  template <typename CompletionToken = boost::asio::use_awaitable_t<>>
+  template <boost::asio::completion_token_for<void(error_code, registered_buffer)> CompletionToken =
+                detail::default_token_t<registration_service::executor_type>>
   auto async_allocate(std::size_t size, CompletionToken&& token = {});
 
   pool_stats stats() const;
@@ -186,7 +187,7 @@ struct buffer_pool::allocate_op {
   }
 };
 
-template <typename CompletionToken>
+template <boost::asio::completion_token_for<void(error_code, registered_buffer)> CompletionToken>
 auto buffer_pool::async_allocate(std::size_t size, CompletionToken&& token) {
   return boost::asio::async_compose<CompletionToken, void(error_code, registered_buffer)>(
       allocate_op{&service_, &pd_, state_, size}, token, service_.get_executor());

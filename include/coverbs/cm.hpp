@@ -39,6 +39,7 @@
 /// emitted on the handler's executor.
 
 #include <coverbs/completion_queue.hpp>
+#include <coverbs/detail/handler_executor.hpp>
 #include <coverbs/device.hpp>
 #include <coverbs/error.hpp>
 #include <coverbs/protection_domain.hpp>
@@ -68,7 +69,15 @@ namespace coverbs {
 class connection;
 
 /// Queue pair, resources and connection parameters of one connection (either side).
+///
+/// The options types of this file have a default constructor, so they are not aggregates: GCC 12 destroys an
+/// aggregate-initialized temporary whose members have destructors (here the vector, the string, the lease)
+/// as if half-built when it is an argument inside a `co_await` expression, and the program aborts ("free():
+/// invalid pointer"): `co_await async_connect(ex, host, port, {}, token)` did. With a constructor, `{}` is
+/// value-initialization, which GCC 12 gets right. Set members by name (`o.private_data = ...`); the
+/// overloads without options take the defaults.
 struct connection_options {
+  connection_options() = default;
   /// The queue pair's sizes and attributes. `port` is ignored (rdma_cm picks it); the path attributes
   /// (MTU, GID, timeouts, PSNs) come from rdma_cm (rdma_init_qp_attr), `remote_access` and `min_rnr_timer`
   /// (how soon a send that found no receive posted is retried) from here.
@@ -105,6 +114,7 @@ struct connection_options {
 
 /// What `async_connect` does and how long each step may take.
 struct connect_options : connection_options {
+  connect_options() = default;  // not an aggregate: see connection_options
   std::chrono::milliseconds resolve_address_timeout{2000};  ///< rdma_resolve_addr(3) timeout_ms
   std::chrono::milliseconds resolve_route_timeout{2000};    ///< rdma_resolve_route(3) timeout_ms
   /// The whole operation, resolution included; zero: no limit beyond rdma_cm's own retries.
@@ -115,6 +125,7 @@ struct connect_options : connection_options {
 
 /// How a listener is set up.
 struct listener_options {
+  listener_options() = default;  // not an aggregate: see connection_options
   /// Connection requests the kernel queues while no accept is pending (rdma_listen(3)); also the most
   /// handshakes the listener runs at once (more requests wait in the kernel's queue until one ends).
   int backlog = 64;
@@ -179,7 +190,7 @@ boost::asio::any_io_executor associated_io_executor(const Handler& h) {
 class connection {
 public:
   using executor_type = boost::asio::any_io_executor;
-  using default_token = boost::asio::use_awaitable_t<executor_type>;
+  using default_token = detail::default_token_t<executor_type>;
 
   /// An empty connection, with no executor.
   connection() noexcept = default;
@@ -230,7 +241,7 @@ public:
   /// moved-from) when the handler has no associated executor either: there is no thread to complete on.
   /// @par Per-Operation Cancellation Not supported: the disconnect request cannot be recalled.
   /// @par Thread Safety Call from the connection's executor.
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code)> Token = default_token>
   auto async_disconnect(Token&& token = default_token{}) {
     return boost::asio::async_initiate<Token, void(error_code)>(
         [impl = impl_.get(), ex = impl_ ? executor_type() : ex_](auto handler) {
@@ -255,7 +266,7 @@ private:
 class listener {
 public:
   using executor_type = boost::asio::any_io_executor;
-  using default_token = boost::asio::use_awaitable_t<executor_type>;
+  using default_token = detail::default_token_t<executor_type>;
 
   /// Binds to `address` (numeric IPv4/IPv6; "" or "0.0.0.0": every RDMA device; an IPv6 link-local address
   /// with its interface, "fe80::1%eth0") and `port` (0: one is picked, see `local_port()`), then listens
@@ -266,6 +277,12 @@ public:
   /// has that address) / rdma_listen.
   listener(const executor_type& ex, std::string_view address, std::uint16_t port = 0,
            const listener_options& options = {});
+  /// As above, on `context.get_executor()` (e.g. an `io_context`).
+  template <class ExecutionContext>
+    requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
+  listener(ExecutionContext& context, std::string_view address, std::uint16_t port = 0,
+           const listener_options& options = {})
+      : listener(executor_type(context.get_executor()), address, port, options) {}
   listener(listener&&) noexcept = default;
   listener& operator=(listener&& other) noexcept;
   listener(const listener&) = delete;
@@ -311,7 +328,7 @@ public:
   /// `operation_aborted`; its handshakes go on for other accepts with the same options, or are rejected /
   /// their cm_ids destroyed; nothing leaks.
   /// @par Thread Safety Call from the listener's executor.
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, connection)> Token = default_token>
   auto async_accept(const connection_options& options, Token&& token = default_token{}) {
     return async_accept(get_executor(), options, std::forward<Token>(token));
   }
@@ -320,7 +337,7 @@ public:
   /// handler runs on its associated executor, else the listener's.
   /// @par Errors as above, and `errc::executor_mismatch` (posted, nothing taken from the backlog) when
   /// `options.cq` is serviced by another executor than `peer_executor`.
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, connection)> Token = default_token>
   auto async_accept(const executor_type& peer_executor, const connection_options& options,
                     Token&& token = default_token{}) {
     return boost::asio::async_initiate<Token, void(error_code, connection)>(
@@ -330,7 +347,24 @@ public:
         token, peer_executor, options);
   }
   /// As above with `listener_options::connection`.
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, connection)> Token = default_token>
+  auto async_accept(const executor_type& peer_executor, Token&& token = default_token{}) {
+    return async_accept(peer_executor, options_connection(), std::forward<Token>(token));
+  }
+  /// As the two above with the connection bound to `peer_context.get_executor()` (e.g. an `io_context`).
+  template <class ExecutionContext, boost::asio::completion_token_for<void(error_code, connection)> Token = default_token>
+    requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
+  auto async_accept(ExecutionContext& peer_context, const connection_options& options,
+                    Token&& token = default_token{}) {
+    return async_accept(executor_type(peer_context.get_executor()), options, std::forward<Token>(token));
+  }
+  template <class ExecutionContext, boost::asio::completion_token_for<void(error_code, connection)> Token = default_token>
+    requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
+  auto async_accept(ExecutionContext& peer_context, Token&& token = default_token{}) {
+    return async_accept(executor_type(peer_context.get_executor()), options_connection(), std::forward<Token>(token));
+  }
+  /// As `async_accept(options, token)` with `listener_options::connection`.
+  template <boost::asio::completion_token_for<void(error_code, connection)> Token = default_token>
   auto async_accept(Token&& token = default_token{}) {
     return async_accept(options_connection(), std::forward<Token>(token));
   }
@@ -363,21 +397,46 @@ private:
 /// and queue pair are destroyed (a request already sent is withdrawn by the peer's CM).
 /// @par Thread Safety The connection is bound to `ex`, which may be another loop than the caller's: the
 /// connect runs there; the handler runs on its associated executor, else `ex`.
-template <class Token = connection::default_token>
-auto async_connect(const boost::asio::any_io_executor& ex, std::string_view host, std::string_view port,
-                   const connect_options& options, Token&& token = connection::default_token{}) {
+/// @param ex where the connection is bound: an executor, or an execution context (e.g. an `io_context`)
+/// standing for its executor. The default token is the executor's (`asio::default_completion_token_t`,
+/// e.g. from `asio::as_tuple(asio::use_awaitable).as_default_on(ex)`), else a coroutine's `use_awaitable`.
+template <detail::executor_or_context ExecutorOrContext,
+          boost::asio::completion_token_for<void(error_code, connection)> Token =
+              detail::default_token_t<detail::executor_of_t<ExecutorOrContext>>>
+auto async_connect(ExecutorOrContext&& ex, std::string_view host, std::string_view port,
+                   const connect_options& options, Token&& token = Token{}) {
   return boost::asio::async_initiate<Token, void(error_code, connection)>(
-      [ex](auto handler, const std::string& h, const std::string& p, const connect_options& o) {
+      [ex = boost::asio::any_io_executor(detail::executor_of(ex))](auto handler, const std::string& h,
+                                                                    const std::string& p, const connect_options& o) {
         detail::start_connect(ex, h, p, o, std::move(handler));
       },
       token, std::string(host), std::string(port), options);
 }
 
 /// As above with a numeric port.
-template <class Token = connection::default_token>
-auto async_connect(const boost::asio::any_io_executor& ex, std::string_view host, std::uint16_t port,
-                   const connect_options& options = {}, Token&& token = connection::default_token{}) {
+template <detail::executor_or_context ExecutorOrContext,
+          boost::asio::completion_token_for<void(error_code, connection)> Token =
+              detail::default_token_t<detail::executor_of_t<ExecutorOrContext>>>
+auto async_connect(ExecutorOrContext&& ex, std::string_view host, std::uint16_t port, const connect_options& options,
+                   Token&& token = Token{}) {
   return async_connect(ex, host, std::string_view(std::to_string(port)), options, std::forward<Token>(token));
+}
+
+/// As above with default `connect_options` (no options argument to write inside a `co_await`).
+template <detail::executor_or_context ExecutorOrContext,
+          boost::asio::completion_token_for<void(error_code, connection)> Token =
+              detail::default_token_t<detail::executor_of_t<ExecutorOrContext>>>
+auto async_connect(ExecutorOrContext&& ex, std::string_view host, std::string_view port, Token&& token = Token{}) {
+  return async_connect(ex, host, port, connect_options(), std::forward<Token>(token));
+}
+
+/// As above with a numeric port.
+template <detail::executor_or_context ExecutorOrContext,
+          boost::asio::completion_token_for<void(error_code, connection)> Token =
+              detail::default_token_t<detail::executor_of_t<ExecutorOrContext>>>
+auto async_connect(ExecutorOrContext&& ex, std::string_view host, std::uint16_t port, Token&& token = Token{}) {
+  return async_connect(ex, host, std::string_view(std::to_string(port)), connect_options(),
+                       std::forward<Token>(token));
 }
 
 }  // namespace coverbs

@@ -43,6 +43,7 @@
 /// @par Thread Safety
 /// Distinct objects: safe. Shared objects: unsafe; use it from its executor (one thread, or a strand).
 
+#include <coverbs/detail/handler_executor.hpp>
 #include <coverbs/error.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -131,7 +132,7 @@ using event_channel = boost::asio::experimental::basic_channel<boost::asio::any_
 class device_events {
 public:
   using executor_type = boost::asio::any_io_executor;
-  using default_token = boost::asio::use_awaitable_t<executor_type>;
+  using default_token = detail::default_token_t<executor_type>;
 
   /// Starts reading `dev`'s events on `ex`.
   /// @throws system_error: EBADF (the device is not open), `errc::device_events_busy` (another
@@ -157,7 +158,7 @@ public:
   /// @par Errors `operation_aborted`: the wait was cancelled (a cancellation slot: terminal, partial or
   /// total; nothing is consumed), or the object was closed or destroyed.
   /// The handler runs on its associated executor, never inside this function.
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, device_event)> Token = default_token>
   auto async_wait_event(Token&& token = default_token{}) {
     return checked_channel().async_receive(std::forward<Token>(token));
   }

@@ -190,7 +190,7 @@ auto async_bind(queue_pair& qp, memory_window& window, const memory_region& regi
 /// @par Per-Operation Cancellation As every queue-pair operation (queue_pair.hpp): terminal only once
 /// posted. A cancelled or flushed bind leaves no live key.
 /// @see ibv_bind_mw(3), ibv_post_send(3) (IBV_WR_BIND_MW), ibv_inc_rkey(3)
-template <class Token = queue_pair::default_token>
+template <boost::asio::completion_token_for<void(error_code, remote_key)> Token = queue_pair::default_token>
 auto bind_mw(queue_pair& qp, memory_window& window, const memory_region& region, window_range range, access rights,
              Token&& token = {}) {
   return detail::async_bind(qp, window, region, range, rights, false, std::forward<Token>(token));
@@ -202,7 +202,7 @@ auto bind_mw(queue_pair& qp, memory_window& window, const memory_region& region,
 /// If the chain fails, the window is replaced (deallocated and allocated again), so the old key is dead.
 /// @par Completion Signature `void(error_code, remote_key)`
 /// @par Errors As `bind_mw`, without `errc::window_still_bound`.
-template <class Token = queue_pair::default_token>
+template <boost::asio::completion_token_for<void(error_code, remote_key)> Token = queue_pair::default_token>
 auto rebind_mw(queue_pair& qp, memory_window& window, const memory_region& region, window_range range, access rights,
                Token&& token = {}) {
   return detail::async_bind(qp, window, region, range, rights, true, std::forward<Token>(token));
@@ -219,7 +219,7 @@ auto rebind_mw(queue_pair& qp, memory_window& window, const memory_region& regio
 /// @par Per-Operation Cancellation Terminal once posted (the queue pair goes to the error state; the key is
 /// still dead when the handler runs).
 /// @see ibv_post_send(3) (IBV_WR_LOCAL_INV), ibv_bind_mw(3)
-template <class Token = queue_pair::default_token>
+template <boost::asio::completion_token_for<void(error_code)> Token = queue_pair::default_token>
 auto invalidate(queue_pair& qp, memory_window& window, Token&& token = {}) {
   return qp.async_post<detail::result_kind::none, void(error_code)>(
       std::forward<Token>(token), [w = window.impl()](detail::queue_pair_impl* q, detail::wr_node& n) {
@@ -230,7 +230,7 @@ auto invalidate(queue_pair& qp, memory_window& window, Token&& token = {}) {
 /// As above, for the window whose current key is `rkey` (in the queue pair's domain).
 /// @par Errors `errc::rkey_not_a_window` (no window coverbs knows has that live key; nothing is posted),
 /// then as above.
-template <class Token = queue_pair::default_token>
+template <boost::asio::completion_token_for<void(error_code)> Token = queue_pair::default_token>
 auto invalidate(queue_pair& qp, std::uint32_t rkey, Token&& token = {}) {
   return qp.async_post<detail::result_kind::none, void(error_code)>(
       std::forward<Token>(token),

@@ -28,6 +28,7 @@
 
 #include <coverbs/buffer.hpp>
 #include <coverbs/completion_queue.hpp>
+#include <coverbs/detail/handler_executor.hpp>
 #include <coverbs/detail/wr_node.hpp>
 #include <coverbs/device.hpp>
 #include <coverbs/error.hpp>
@@ -98,7 +99,9 @@ error_code prepare_atomic(queue_pair_impl* qp, wr_node& n, const registered_span
 class queue_pair {
 public:
   using executor_type = completion_queue::executor_type;
-  using default_token = boost::asio::use_awaitable_t<executor_type>;
+  /// What an operation uses when given no token: `detail::default_token_t` of the executor type, a coroutine's
+  /// `use_awaitable`.
+  using default_token = detail::default_token_t<executor_type>;
 
   /// Creates an RC queue pair in the RESET state using `cq` for sends and receives.
   /// @throws system_error: `errc::cq_overcommitted` (the queue's depth cannot hold another
@@ -124,11 +127,16 @@ public:
   /// What a peer passes to `connect`.
   queue_pair_address local_address() const;
   /// Moves RESET → INIT → RTR → RTS towards `remote` (ibv_modify_qp(3) three times).
-  /// @throws system_error with the errno of ibv_modify_qp naming the transition that failed.
+  /// @throws system_error with the errno of ibv_modify_qp naming the transition that failed; the queue pair
+  /// stays in the last state it reached.
   void connect(const queue_pair_address& remote);
+  /// As above; a failure is reported in `ec` (the errno of ibv_modify_qp) instead of thrown.
+  void connect(const queue_pair_address& remote, error_code& ec) noexcept;
   /// Modifies the queue pair (ibv_modify_qp(3)) with `attr` and `mask` (IBV_QP_*), e.g. with attributes
   /// from rdma_init_qp_attr(3). @throws system_error with the verb's errno, naming the transition.
   void modify(ibv_qp_attr& attr, int mask);
+  /// As above; the verb's errno in `ec` instead of thrown.
+  void modify(ibv_qp_attr& attr, int mask, error_code& ec) noexcept;
   /// The state as the device reports it (ibv_query_qp(3)).
   ibv_qp_state state() const;
   /// The error that moved the queue pair to the error state (empty while healthy).
@@ -150,7 +158,7 @@ public:
   /// @par Errors `wc_errc` of the completion (rnr_retry_exc_err: the peer posted no receive;
   /// retry_exc_err: the peer is unreachable), `wr_flush_err` after an earlier error, errno of ibv_post_send.
   /// @see ibv_post_send(3)
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
   auto async_send(registered_span buf, Token&& token = default_token{}) {
     return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
         std::forward<Token>(token), [buf](detail::queue_pair_impl* q, detail::wr_node& n) {
@@ -160,7 +168,7 @@ public:
 
   /// Sends `buf` with 32 bits of immediate data (IBV_WR_SEND_WITH_IMM); `imm` in host byte order.
   /// @par Completion Signature `void(error_code, std::size_t bytes)`
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
   auto async_send_with_imm(registered_span buf, std::uint32_t imm, Token&& token = default_token{}) {
     return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
         std::forward<Token>(token), [buf, imm](detail::queue_pair_impl* q, detail::wr_node& n) {
@@ -171,7 +179,7 @@ public:
   /// Sends `buf` and invalidates `rkey` at the peer (IBV_WR_SEND_WITH_INV); the peer's receive reports it
   /// in `received::invalidated_rkey`.
   /// @par Completion Signature `void(error_code, std::size_t bytes)`
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
   auto async_send_with_invalidate(registered_span buf, std::uint32_t rkey, Token&& token = default_token{}) {
     return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
         std::forward<Token>(token), [buf, rkey](detail::queue_pair_impl* q, detail::wr_node& n) {
@@ -183,7 +191,7 @@ public:
   /// @par Completion Signature `void(error_code, received)`: bytes placed, immediate data, invalidated rkey.
   /// @par Errors `wc_errc::loc_len_err` (the message was larger than `buf`), `wr_flush_err`,
   /// `errc::receive_queue_is_shared` (before posting: the queue pair is attached to a shared receive queue).
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, received)> Token = default_token>
   auto async_recv(registered_span buf, Token&& token = default_token{}) {
     return initiate<detail::result_kind::receive, void(error_code, received)>(
         std::forward<Token>(token),
@@ -196,7 +204,7 @@ public:
   /// @par Completion Signature `void(error_code, std::size_t bytes)`
   /// @par Errors `errc::remote_range_too_small` (before posting: `remote.length` < `local.size()`),
   /// `wc_errc::rem_access_err` (bad or revoked rkey, range outside it, no remote_write right).
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
   auto async_write(registered_span local, remote_key remote, Token&& token = default_token{}) {
     return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
         std::forward<Token>(token), [local, remote](detail::queue_pair_impl* q, detail::wr_node& n) {
@@ -205,7 +213,7 @@ public:
   }
 
   /// As `async_write`, and consumes a receive at the peer that reports `imm` (host byte order).
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
   auto async_write_with_imm(registered_span local, remote_key remote, std::uint32_t imm,
                             Token&& token = default_token{}) {
     return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
@@ -217,7 +225,7 @@ public:
   /// Reads `local.size()` bytes from the start of `remote` into `local` (IBV_WR_RDMA_READ); `local` needs
   /// a region with local_write.
   /// @par Completion Signature `void(error_code, std::size_t bytes)`
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
   auto async_read(registered_span local, remote_key remote, Token&& token = default_token{}) {
     return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
         std::forward<Token>(token), [local, remote](detail::queue_pair_impl* q, detail::wr_node& n) {
@@ -230,7 +238,7 @@ public:
   /// @par Completion Signature `void(error_code, std::uint64_t old_value)`
   /// @par Errors `errc::misaligned_atomic` (remote address not 8-byte aligned, IBA o9-21),
   /// `errc::buffer_too_small`, `errc::atomics_unsupported` — all before posting.
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, std::uint64_t)> Token = default_token>
   auto async_fetch_add(registered_span result, remote_key remote, std::uint64_t add, Token&& token = default_token{}) {
     return initiate<detail::result_kind::atomic, void(error_code, std::uint64_t)>(
         std::forward<Token>(token), [result, remote, add](detail::queue_pair_impl* q, detail::wr_node& n) {
@@ -242,7 +250,7 @@ public:
   /// (IBV_WR_ATOMIC_CMP_AND_SWP). The old value goes to `result` and the handler either way; the swap took
   /// place exactly when old value == `compare`.
   /// @par Completion Signature `void(error_code, std::uint64_t old_value)`
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, std::uint64_t)> Token = default_token>
   auto async_compare_swap(registered_span result, remote_key remote, std::uint64_t compare, std::uint64_t swap,
                           Token&& token = default_token{}) {
     return initiate<detail::result_kind::atomic, void(error_code, std::uint64_t)>(
@@ -263,6 +271,9 @@ public:
   }
 
 private:
+  // RESET -> INIT -> RTR -> RTS; on failure sets `ec` and returns the transition that failed.
+  const char* connect_steps(const queue_pair_address& remote, error_code& ec) noexcept;
+
   template <detail::result_kind Kind>
   struct initiation {
     queue_pair* self;
@@ -290,5 +301,7 @@ private:
 /// Connects two queue pairs to each other without rdma_cm (both in this process; for tests and benches).
 /// @throws system_error as `queue_pair::connect`.
 void connect_pair(queue_pair& a, queue_pair& b);
+/// As above; the first failure in `ec` (`a` is connected first: when it fails, `b` is left untouched).
+void connect_pair(queue_pair& a, queue_pair& b, error_code& ec) noexcept;
 
 }  // namespace coverbs

@@ -199,6 +199,12 @@ public:
   /// @param verbs     the registrar (default: libibverbs)
   explicit registration_service(executor_type ex, const registration_options& options = {},
                                 std::shared_ptr<registrar> verbs = verbs_registrar());
+  /// As above with `context.get_executor()` (e.g. an `io_context`).
+  template <class ExecutionContext>
+    requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
+  explicit registration_service(ExecutionContext& context, const registration_options& options = {},
+                                std::shared_ptr<registrar> verbs = verbs_registrar())
+      : registration_service(executor_type(context.get_executor()), options, std::move(verbs)) {}
   registration_service(const registration_service&) = delete;
   registration_service& operator=(const registration_service&) = delete;
   ~registration_service();
@@ -240,23 +246,27 @@ registration_service& default_registration_service();
 /// @par Thread Safety
 /// Any thread. The handler runs on its associated executor (else the service's), never inside this call.
 /// @see ibv_reg_mr(3)
-template <typename CompletionToken = boost::asio::use_awaitable_t<>>
+template <boost::asio::completion_token_for<void(error_code, memory_region)> CompletionToken =
+              detail::default_token_t<registration_service::executor_type>>
 auto reg_mr(registration_service& service, protection_domain& pd, std::span<std::byte> buffer, access rights,
             CompletionToken&& token = {});
 /// `reg_mr` on `default_registration_service()`, for handlers that bring their executor: a coroutine's
 /// `use_awaitable` (it completes on the coroutine's executor), `asio::bind_executor(ex, callback)`, a strand,
 /// `use_future`. A handler without an associated executor (a plain callback, `detached`) is refused at compile
 /// time — nothing would say which loop runs it; use the overloads below that name the executor.
-template <typename CompletionToken = boost::asio::use_awaitable_t<>>
+template <boost::asio::completion_token_for<void(error_code, memory_region)> CompletionToken =
+              boost::asio::use_awaitable_t<>>
 auto reg_mr(protection_domain& pd, std::span<std::byte> buffer, access rights, CompletionToken&& token = {});
 /// `reg_mr` on `default_registration_service()`; the handler runs on its associated executor, else on `ex`
 /// (as an Asio I/O object's executor), never inside this call and never on the worker.
-template <typename Executor, typename CompletionToken = boost::asio::use_awaitable_t<>>
+template <typename Executor, boost::asio::completion_token_for<void(error_code, memory_region)> CompletionToken =
+                                  detail::default_token_t<Executor>>
   requires detail::is_any_executor_v<Executor>
 auto reg_mr(const Executor& ex, protection_domain& pd, std::span<std::byte> buffer, access rights,
             CompletionToken&& token = {});
 /// As above with `context.get_executor()` (e.g. an `io_context`).
-template <typename ExecutionContext, typename CompletionToken = boost::asio::use_awaitable_t<>>
+template <typename ExecutionContext, boost::asio::completion_token_for<void(error_code, memory_region)>
+                                        CompletionToken = boost::asio::use_awaitable_t<>>
   requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
 auto reg_mr(ExecutionContext& context, protection_domain& pd, std::span<std::byte> buffer, access rights,
             CompletionToken&& token = {});
@@ -273,7 +283,8 @@ auto reg_mr(ExecutionContext& context, protection_domain& pd, std::span<std::byt
 /// @par Per-Operation Cancellation
 /// As `reg_mr`; a cancelled request gives up its share (the registration lives on while others hold it).
 /// @see ibv_reg_mr(3)
-template <typename CompletionToken = boost::asio::use_awaitable_t<>>
+template <boost::asio::completion_token_for<void(error_code, shared_region)> CompletionToken =
+              detail::default_token_t<registration_service::executor_type>>
 auto reg_shared(registration_service& service, protection_domain& pd, std::span<std::byte> buffer, access rights,
                 CompletionToken&& token = {});
 
@@ -285,7 +296,8 @@ auto reg_shared(registration_service& service, protection_domain& pd, std::span<
 /// @par Per-Operation Cancellation
 /// All types, only before the verb runs (the region is handed back); a running deregistration completes.
 /// @see ibv_dereg_mr(3)
-template <typename CompletionToken = boost::asio::use_awaitable_t<>>
+template <boost::asio::completion_token_for<void(error_code, memory_region)> CompletionToken =
+              detail::default_token_t<registration_service::executor_type>>
 auto dereg(registration_service& service, memory_region&& region, CompletionToken&& token = {});
 
 /// Changes the translation (buffer), rights or PD of `region` on a worker thread: ibv_rereg_mr(3) where
@@ -299,7 +311,8 @@ auto dereg(registration_service& service, memory_region&& region, CompletionToke
 /// @par Per-Operation Cancellation
 /// All types, only before the verb runs; a running rereg completes.
 /// @see ibv_rereg_mr(3)
-template <typename CompletionToken = boost::asio::use_awaitable_t<>>
+template <boost::asio::completion_token_for<void(error_code, rereg_result)> CompletionToken =
+              detail::default_token_t<registration_service::executor_type>>
 auto rereg(registration_service& service, memory_region&& region, const rereg_request& change,
            CompletionToken&& token = {});
 

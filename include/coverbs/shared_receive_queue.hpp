@@ -51,6 +51,7 @@
 
 #include <coverbs/buffer.hpp>
 #include <coverbs/completion_queue.hpp>
+#include <coverbs/detail/handler_executor.hpp>
 #include <coverbs/detail/wr_node.hpp>
 #include <coverbs/error.hpp>
 
@@ -104,7 +105,7 @@ struct result_for<result_kind::srq_receive> {
 class shared_receive_queue {
 public:
   using executor_type = completion_queue::executor_type;
-  using default_token = boost::asio::use_awaitable_t<executor_type>;
+  using default_token = detail::default_token_t<executor_type>;
 
   /// Creates an SRQ in `pd` whose receives complete through `recv_cq` (see "The completion queue").
   /// @throws system_error: `errc::device_limit_exceeded` (max_wr above the device's max_srq_wr, max_sge
@@ -136,7 +137,7 @@ public:
   /// (the message was larger than `buf`; the queue pair it arrived on goes to the error state),
   /// `wc_errc::wr_flush_err` (the queue pair that had taken the receive went to the error state; the
   /// receive is consumed), `operation_aborted` (the SRQ was destroyed), errno of ibv_post_srq_recv.
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code, srq_received)> Token = default_token>
   auto async_recv(registered_span buf, Token&& token = default_token{}) {
     return boost::asio::async_initiate<Token, void(error_code, srq_received)>(recv_initiation{this}, token, buf);
   }
@@ -151,7 +152,7 @@ public:
   /// event. Needs a `device_events` object on the device.
   /// @par Completion Signature `void(error_code)`; `operation_aborted` when cancelled or when the SRQ is
   /// destroyed.
-  template <class Token = default_token>
+  template <boost::asio::completion_token_for<void(error_code)> Token = default_token>
   auto async_wait_limit(Token&& token = default_token{}) {
     return boost::asio::async_initiate<Token, void(error_code)>(limit_initiation{this}, token);
   }

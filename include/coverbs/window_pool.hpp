@@ -109,7 +109,7 @@ public:
   /// @par Completion Signature `void(error_code)`: success — the key is dead; EBADF on an empty lease.
   /// @par Executor As `async_hold`.
   /// @par Per-Operation Cancellation Not cancellable (it completes within one invalidation).
-  template <class Token = queue_pair::default_token>
+  template <boost::asio::completion_token_for<void(error_code)> Token = queue_pair::default_token>
   auto async_revoke(Token&& token = {}) {
     return async_wait_dead(false, std::forward<Token>(token));
   }
@@ -124,7 +124,7 @@ public:
   /// on a thread of Asio's system executor — bind it (`asio::bind_executor(io, callback)`).
   /// @par Per-Operation Cancellation All types: revokes the key, then completes with `operation_aborted`
   /// once the key is dead.
-  template <class Token = queue_pair::default_token>
+  template <boost::asio::completion_token_for<void(error_code)> Token = queue_pair::default_token>
   auto async_hold(Token&& token = {}) {
     return async_wait_dead(true, std::forward<Token>(token));
   }
@@ -176,7 +176,7 @@ public:
   /// @par Completion Signature `void(error_code, window_lease)`
   /// @par Errors `errc::window_pool_exhausted`, then those of `bind_mw` (the window returns to the pool).
   /// @par Per-Operation Cancellation As `bind_mw`.
-  template <class Token = queue_pair::default_token>
+  template <boost::asio::completion_token_for<void(error_code, window_lease)> Token = queue_pair::default_token>
   auto async_lease(queue_pair& qp, const memory_region& region, window_range range, access rights,
                    std::chrono::steady_clock::duration ttl = {}, Token&& token = {}) {
     return boost::asio::async_initiate<Token, void(error_code, window_lease)>(

@@ -325,3 +325,31 @@ TEST_CASE("an io_context destroyed without running again after its connections w
   loop.reset();
   SUCCEED("the io_context and everything it kept alive are gone");
 }
+
+// The issue's form: `{}` for the options inside co_await with as_tuple (aborted with "free(): invalid
+// pointer" under GCC 12 while the options were an aggregate), and the forms without options; the listener
+// and the connect take the io_context itself.
+TEST_CASE("co_await connect and accept with {} or no options, on an io_context, establish", "[cm][gcc12]") {
+  test::event_loop loop;
+  cv::listener l(loop.io, address, 0);
+  std::vector<cv::connection> accepted;  // kept open until the client has looked at its side
+  auto server = [&]() -> awaitable<void> {
+    for (int i = 0; i < 3; ++i) {
+      auto [ec, conn] = co_await l.async_accept(loop.io, as_tuple);
+      CHECK_FALSE(ec);
+      CHECK(conn.connected());
+      accepted.push_back(std::move(conn));
+    }
+  };
+  auto client = [&]() -> awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    auto [ec1, c1] = co_await cv::async_connect(ex, address, l.local_port(), {}, as_tuple);
+    CHECK_FALSE(ec1);
+    auto [ec2, c2] = co_await cv::async_connect(ex, address, std::to_string(l.local_port()), {}, as_tuple);
+    CHECK_FALSE(ec2);
+    auto [ec3, c3] = co_await cv::async_connect(loop.io, address, l.local_port(), as_tuple);
+    CHECK_FALSE(ec3);
+    CHECK((c1.connected() && c2.connected() && c3.connected()));
+  };
+  loop.run([&]() -> awaitable<void> { co_await (server() && client()); }, std::chrono::seconds(60));
+}

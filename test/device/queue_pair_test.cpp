@@ -8,6 +8,7 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
@@ -535,4 +536,55 @@ TEST_CASE("a send, write or read above the port's max_msg_sz is refused before p
   });
   CHECK_FALSE(p.a.error());
   CHECK(p.a.state() == IBV_QPS_RTS);
+}
+
+TEST_CASE("connect and modify report a refused transition in error_code& without throwing", "[qp][errors][ec]") {
+  rc_pair p;  // a and b are in RTS
+  cv::error_code ec;
+  // RTS -> INIT is no transition the IBA allows: ibv_modify_qp refuses it (EINVAL); nothing is thrown and the
+  // queue pair keeps its state.
+  p.a.connect(p.b.local_address(), ec);
+  CHECK(ec == std::errc::invalid_argument);
+  CHECK(p.a.state() == IBV_QPS_RTS);
+  CHECK_THROWS_AS(p.a.connect(p.b.local_address()), cv::system_error);
+  ibv_qp_attr init{};
+  init.qp_state = IBV_QPS_INIT;
+  p.a.modify(init, IBV_QP_STATE, ec);
+  CHECK(ec == std::errc::invalid_argument);
+  // A fresh queue pair connects through the error_code& overload; ec is cleared on success.
+  cv::queue_pair c(p.pd, p.cq), d(p.pd, p.cq);
+  ec = std::make_error_code(std::errc::interrupted);
+  cv::connect_pair(c, d, ec);
+  CHECK_FALSE(ec);
+  CHECK(d.state() == IBV_QPS_RTS);
+  cv::connect_pair(c, d, ec);  // again: RTS -> INIT refused for c, d untouched
+  CHECK(ec == std::errc::invalid_argument);
+  CHECK(c.state() == IBV_QPS_RTS);
+  // A valid modify: RTS -> ERR.
+  ibv_qp_attr err{};
+  err.qp_state = IBV_QPS_ERR;
+  c.modify(err, IBV_QP_STATE, ec);
+  CHECK_FALSE(ec);
+  CHECK(c.state() == IBV_QPS_ERR);
+}
+
+TEST_CASE("use_future from another thread: the initiation is handed to the queue pair's executor", "[qp][future]") {
+  rc_pair p;
+  test_buffer local(p.pd, 64), remote(p.pd, 64);
+  local.fill('f');
+  auto work = asio::make_work_guard(p.io);
+  std::thread loop([&] { p.io.run(); });  // the loop runs elsewhere; this thread only waits
+  // What docs/programming-model.md shows: the operation is started on the object's executor (its
+  // objects are used only there), the future is waited on from a thread that is not the loop's.
+  std::future<std::size_t> f = asio::co_spawn(
+      p.a.get_executor(),
+      [&]() -> awaitable<std::size_t> { co_return co_await p.a.async_write(local.span(0, 16), remote.key()); },
+      asio::use_future);
+  const bool ready = f.wait_for(test::scaled(std::chrono::seconds(30))) == std::future_status::ready;
+  work.reset();
+  if (!ready) p.io.stop();
+  loop.join();
+  REQUIRE(ready);
+  CHECK(f.get() == 16);
+  CHECK(remote.str(0, 16) == std::string(16, 'f'));
 }

@@ -4,6 +4,9 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_executor.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/execution/bad_executor.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/io_context.hpp>
@@ -15,8 +18,11 @@
 #include "../support/no_rdma.hpp"
 
 #include <optional>
+#include <string_view>
+#include <type_traits>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace asio = boost::asio;
 namespace cv = coverbs;
@@ -32,6 +38,10 @@ namespace {
     (void)l.async_accept(cv::connection_options{}, token);
     (void)cv::async_connect(ex, "10.0.0.1", 7471, cv::connect_options{}, token);
     (void)cv::async_connect(ex, "10.0.0.1", "7471", cv::connect_options{}, token);
+    (void)cv::async_connect(ex, "10.0.0.1", 7471, token);
+    (void)cv::async_connect(ex, "10.0.0.1", "7471", token);
+    (void)l.async_accept(ex, token);
+    (void)l.async_accept(ex, cv::connection_options{}, token);
   };
   auto disconnect = [&](auto token) { (void)c.async_disconnect(token); };
   each([](error_code, cv::connection) {});
@@ -47,6 +57,32 @@ namespace {
   (void)l.async_accept();
   (void)c.async_disconnect();
 }
+
+// A handler whose signature does not fit is refused at the call site (the completion_token_for constraint),
+// not deep inside the library.
+template <class Handler>
+concept connect_accepts = requires(const asio::any_io_executor& ex, Handler h) { cv::async_connect(ex, "h", 1, h); };
+template <class Handler>
+concept accept_accepts = requires(cv::listener& l, Handler h) { l.async_accept(h); };
+template <class Handler>
+concept disconnect_accepts = requires(cv::connection& c, Handler h) { c.async_disconnect(h); };
+static_assert(connect_accepts<void (*)(error_code, cv::connection)>);
+static_assert(!connect_accepts<void (*)(error_code)>);
+static_assert(!connect_accepts<void (*)(error_code, int)>);
+static_assert(accept_accepts<void (*)(error_code, cv::connection)>);
+static_assert(!accept_accepts<void (*)(error_code, std::string)>);
+static_assert(disconnect_accepts<void (*)(error_code)>);
+static_assert(!disconnect_accepts<void (*)(error_code, cv::connection)>);
+// An io_context is accepted wherever an executor is, as by Asio's own I/O objects.
+static_assert(std::is_constructible_v<cv::listener, asio::io_context&, std::string_view, std::uint16_t>);
+static_assert(requires(asio::io_context& io) { cv::async_connect(io, "h", 1, [](error_code, cv::connection) {}); });
+static_assert(requires(cv::listener& l, asio::io_context& io) {
+  l.async_accept(io, [](error_code, cv::connection) {});
+  l.async_accept(io, cv::connection_options(), [](error_code, cv::connection) {});
+});
+// Not aggregates, so `{}` inside co_await is value-initialization (see the GCC 12 test below).
+static_assert(!std::is_aggregate_v<cv::connect_options> && !std::is_aggregate_v<cv::connection_options> &&
+              !std::is_aggregate_v<cv::listener_options>);
 
 }  // namespace
 
@@ -158,4 +194,63 @@ TEST_CASE("without RDMA, a listener and a connect say no_device and point to the
   io.run();
   REQUIRE(connect);
   CHECK(*connect == cv::errc::no_device);
+}
+
+// GCC 12 miscompiles an aggregate-initialized temporary whose members have destructors when it is an
+// argument inside a co_await expression: the temporary is destroyed as if half-built, and the program
+// aborts ("free(): invalid pointer"). The documented `{}` for the options must not hit it.
+TEST_CASE("co_await async_connect with {} for the options completes normally", "[cm][gcc12]") {
+  asio::io_context io;
+  std::vector<error_code> got;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        auto ex = co_await asio::this_coro::executor;
+        for (int i = 0; i < 3; ++i) {
+          auto [ec, c] = co_await cv::async_connect(ex, "not.an.address", "7471", {}, asio::as_tuple(asio::use_awaitable));
+          got.push_back(ec);
+          auto [ec2, c2] = co_await cv::async_connect(ex, "not.an.address", 7471, {}, asio::as_tuple(asio::use_awaitable));
+          got.push_back(ec2);
+        }
+      },
+      asio::detached);
+  io.run();
+  REQUIRE(got.size() == 6);
+  for (auto& ec : got) CHECK(ec == cv::errc::invalid_address);
+}
+
+TEST_CASE("async_connect takes its default token from the executor and accepts an io_context", "[cm][tokens]") {
+  asio::io_context io;
+  std::vector<error_code> got;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        // An executor carrying a default token (what as_default_on gives an I/O object): no token at the
+        // call, the result is a tuple (nothing thrown).
+        using tuple_awaitable = asio::as_tuple_t<asio::use_awaitable_t<>>;
+        tuple_awaitable::executor_with_default<asio::any_io_executor> ex(co_await asio::this_coro::executor);
+        auto [ec, c] = co_await cv::async_connect(ex, "not.an.address", 7471);
+        got.push_back(ec);
+        auto [ec2, c2] = co_await cv::async_connect(ex, "10.0.0.1", "65536", cv::connect_options());
+        got.push_back(ec2);
+        // No options, the plain default token: throws.
+        try {
+          co_await cv::async_connect(co_await asio::this_coro::executor, "not.an.address", "7471");
+        } catch (const cv::system_error& e) {
+          got.push_back(e.code());
+        }
+      },
+      asio::detached);
+  std::optional<error_code> from_context;
+  cv::async_connect(io, "not.an.address", "7471", [&](error_code ec, cv::connection c) {
+    CHECK((c.get_executor() == cv::connection::executor_type(io.get_executor())));
+    from_context = ec;
+  });
+  io.run();
+  REQUIRE(got.size() == 3);
+  CHECK(got[0] == cv::errc::invalid_address);
+  CHECK(got[1] == cv::errc::invalid_port_number);
+  CHECK(got[2] == cv::errc::invalid_address);
+  REQUIRE(from_context);
+  CHECK(*from_context == cv::errc::invalid_address);
 }

@@ -1,16 +1,25 @@
 // Compile-time proof that every queue_pair operation works with the completion tokens Asio users
 // reach for: use_awaitable (the default), a plain callback, use_future, deferred and as_tuple.
+#include <coverbs/buffer_pool.hpp>
+#include <coverbs/device_events.hpp>
+#include <coverbs/memory_window.hpp>
 #include <coverbs/queue_pair.hpp>
+#include <coverbs/registration_service.hpp>
+#include <coverbs/shared_receive_queue.hpp>
+#include <coverbs/window_pool.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/deferred.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 
 #include <catch2/catch.hpp>
 
 #include <future>
+#include <span>
+#include <string>
 #include <tuple>
 #include <type_traits>
 
@@ -52,6 +61,84 @@ template <class Token>
 using recv_result = decltype(std::declval<qp&>().async_recv(span{}, std::declval<Token>()));
 template <class Token>
 using atomic_result = decltype(std::declval<qp&>().async_fetch_add(span{}, key{}, 1, std::declval<Token>()));
+
+// Every operation is constrained with asio::completion_token_for<its signature>, as Asio's own are: a
+// handler that does not fit is refused at the call site (the call is not viable), not deep inside coverbs.
+template <class H>
+concept write_takes = requires(qp& q, H h) { q.async_write(span{}, key{}, h); };
+template <class H>
+concept recv_takes = requires(qp& q, H h) { q.async_recv(span{}, h); };
+template <class H>
+concept fetch_add_takes = requires(qp& q, H h) { q.async_fetch_add(span{}, key{}, 1, h); };
+template <class H>
+concept bind_takes = requires(qp& q, cv::memory_window& w, const cv::memory_region& r, H h) {
+  cv::bind_mw(q, w, r, cv::window_range{}, cv::access::remote_read, h);
+};
+template <class H>
+concept invalidate_takes = requires(qp& q, H h) { cv::invalidate(q, std::uint32_t{1}, h); };
+template <class H>
+concept reg_takes = requires(cv::registration_service& svc, cv::protection_domain& pd, H h) {
+  cv::reg_mr(svc, pd, std::span<std::byte>{}, cv::access::local_write, h);
+};
+template <class H>
+concept reg_on_executor_takes = requires(asio::io_context& io, cv::protection_domain& pd, H h) {
+  cv::reg_mr(io.get_executor(), pd, std::span<std::byte>{}, cv::access::local_write, h);
+};
+template <class H>
+concept dereg_takes = requires(cv::registration_service& svc, cv::memory_region&& r, H h) {
+  cv::dereg(svc, std::move(r), h);
+};
+template <class H>
+concept allocate_takes = requires(cv::buffer_pool& p, H h) { p.async_allocate(64, h); };
+template <class H>
+concept lease_takes = requires(cv::window_pool& p, qp& q, const cv::memory_region& r, H h) {
+  p.async_lease(q, r, cv::window_range{}, cv::access::remote_read, {}, h);
+};
+template <class H>
+concept revoke_takes = requires(cv::window_lease& l, H h) { l.async_revoke(h); };
+template <class H>
+concept srq_recv_takes = requires(cv::shared_receive_queue& q, H h) { q.async_recv(span{}, h); };
+template <class H>
+concept wait_event_takes = requires(cv::device_events& e, H h) { e.async_wait_event(h); };
+
+using wrong = void (*)(error_code, std::string);
+static_assert(write_takes<void (*)(error_code, std::size_t)> && !write_takes<wrong> && !write_takes<void (*)(int)>);
+static_assert(recv_takes<void (*)(error_code, cv::received)> && !recv_takes<void (*)(error_code, std::size_t)>);
+static_assert(fetch_add_takes<void (*)(error_code, std::uint64_t)> && !fetch_add_takes<void (*)(error_code)>);
+static_assert(bind_takes<void (*)(error_code, cv::remote_key)> && !bind_takes<wrong>);
+static_assert(invalidate_takes<void (*)(error_code)> && !invalidate_takes<wrong>);
+static_assert(reg_takes<void (*)(error_code, cv::memory_region)> && !reg_takes<wrong>);
+static_assert(reg_on_executor_takes<void (*)(error_code, cv::memory_region)> && !reg_on_executor_takes<wrong>);
+static_assert(dereg_takes<void (*)(error_code, cv::memory_region)> && !dereg_takes<wrong>);
+static_assert(allocate_takes<void (*)(error_code, cv::registered_buffer)> && !allocate_takes<wrong>);
+static_assert(lease_takes<void (*)(error_code, cv::window_lease)> && !lease_takes<wrong>);
+static_assert(revoke_takes<void (*)(error_code)> && !revoke_takes<wrong>);
+static_assert(wait_event_takes<void (*)(error_code, cv::device_event)> && !wait_event_takes<wrong>);
+static_assert(srq_recv_takes<void (*)(error_code, cv::srq_received)> && !srq_recv_takes<wrong>);
+
+// The docs write these in braces inside co_await (`co_await bind_mw(qp, w, mr, {off, n}, ...)`, `co_await
+// rereg(service, std::move(mr), {.rights = rw})`). GCC 12 mishandles a braced aggregate there only when it
+// has members with destructors (see cm.hpp, connection_options): these must stay trivially destructible.
+static_assert(std::is_trivially_destructible_v<cv::window_range> && std::is_aggregate_v<cv::window_range>);
+static_assert(std::is_trivially_destructible_v<cv::rereg_request> && std::is_aggregate_v<cv::rereg_request>);
+static_assert(std::is_trivially_destructible_v<cv::remote_key> && std::is_trivially_destructible_v<span>);
+
+// The default token of an operation on a given executor is that executor's (asio::default_completion_token_t,
+// what as_default_on sets), else use_awaitable.
+using tuple_awaitable = asio::as_tuple_t<asio::use_awaitable_t<>>;
+using tuple_executor = tuple_awaitable::executor_with_default<asio::any_io_executor>;
+static_assert(std::is_same_v<cv::detail::default_token_t<tuple_executor>, tuple_awaitable>);
+static_assert(std::is_same_v<cv::detail::default_token_t<asio::any_io_executor>, asio::use_awaitable_t<>>);
+static_assert(std::is_same_v<decltype(cv::reg_mr(std::declval<const tuple_executor&>(), std::declval<cv::protection_domain&>(),
+                                                 std::span<std::byte>{}, cv::access::local_write)),
+                             asio::awaitable<std::tuple<error_code, cv::memory_region>>>);
+// An io_context is accepted where an executor is.
+static_assert(std::is_constructible_v<cv::registration_service, asio::io_context&>);
+static_assert(std::is_constructible_v<cv::completion_queue, asio::io_context&, cv::device&>);
+static_assert(std::is_constructible_v<cv::device_events, asio::io_context&, cv::device&>);
+static_assert(requires(asio::io_context& io, cv::protection_domain& pd) {
+  cv::reg_mr(io, pd, std::span<std::byte>{}, cv::access::local_write, [](error_code, cv::memory_region) {});
+});
 
 }  // namespace
 

@@ -3,8 +3,11 @@
 // a strand, use_future's), as opposed to a plain callback, whose associated executor is only the default.
 
 #include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/execution/executor.hpp>
+#include <boost/asio/execution_context.hpp>
 #include <boost/asio/is_executor.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <type_traits>
 
@@ -22,5 +25,30 @@ inline constexpr bool has_associated_executor_v =
 template <class T>
 inline constexpr bool is_any_executor_v =
     boost::asio::execution::is_executor<T>::value || boost::asio::is_executor<T>::value;
+
+/// An executor, or an execution context (e.g. an `io_context`) standing for its executor: what Asio's I/O
+/// objects and operations accept.
+template <class T>
+concept executor_or_context = is_any_executor_v<std::remove_cvref_t<T>> ||
+                              std::is_convertible_v<std::remove_cvref_t<T>&, boost::asio::execution_context&>;
+
+/// The executor of an executor-or-context argument.
+template <class T>
+decltype(auto) executor_of(T& x) noexcept {
+  if constexpr (is_any_executor_v<std::remove_cvref_t<T>>)
+    return x;
+  else
+    return x.get_executor();
+}
+template <class T>
+using executor_of_t = std::remove_cvref_t<decltype(executor_of(std::declval<T&>()))>;
+
+/// The completion token an operation uses when the caller gives none: the executor's own
+/// (`asio::default_completion_token_t`, what `asio::as_default_on` / `as_default_on_t` set), else a
+/// coroutine's `use_awaitable`.
+template <class Executor>
+using default_token_t = std::conditional_t<std::is_void_v<boost::asio::default_completion_token_t<Executor>>,
+                                           boost::asio::use_awaitable_t<>,
+                                           boost::asio::default_completion_token_t<Executor>>;
 
 }  // namespace coverbs::detail

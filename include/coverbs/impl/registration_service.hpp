@@ -150,7 +150,7 @@ auto start_default_reg(registration_service::executor_type fallback, protection_
 
 namespace coverbs {
 
-template <typename CompletionToken>
+template <boost::asio::completion_token_for<void(error_code, memory_region)> CompletionToken>
 auto reg_mr(registration_service& service, protection_domain& pd, std::span<std::byte> buffer, access rights,
             CompletionToken&& token) {
   return detail::start_request<memory_region>(
@@ -158,12 +158,12 @@ auto reg_mr(registration_service& service, protection_domain& pd, std::span<std:
       detail::request_args{detail::request_kind::reg, pd.native_handle(), buffer, rights, 0});
 }
 
-template <typename CompletionToken>
+template <boost::asio::completion_token_for<void(error_code, memory_region)> CompletionToken>
 auto reg_mr(protection_domain& pd, std::span<std::byte> buffer, access rights, CompletionToken&& token) {
   return detail::start_default_reg<true>({}, pd, buffer, rights, std::forward<CompletionToken>(token));
 }
 
-template <typename Executor, typename CompletionToken>
+template <typename Executor, boost::asio::completion_token_for<void(error_code, memory_region)> CompletionToken>
   requires detail::is_any_executor_v<Executor>
 auto reg_mr(const Executor& ex, protection_domain& pd, std::span<std::byte> buffer, access rights,
             CompletionToken&& token) {
@@ -171,14 +171,14 @@ auto reg_mr(const Executor& ex, protection_domain& pd, std::span<std::byte> buff
                                           std::forward<CompletionToken>(token));
 }
 
-template <typename ExecutionContext, typename CompletionToken>
+template <typename ExecutionContext, boost::asio::completion_token_for<void(error_code, memory_region)> CompletionToken>
   requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
 auto reg_mr(ExecutionContext& context, protection_domain& pd, std::span<std::byte> buffer, access rights,
             CompletionToken&& token) {
   return reg_mr(context.get_executor(), pd, buffer, rights, std::forward<CompletionToken>(token));
 }
 
-template <typename CompletionToken>
+template <boost::asio::completion_token_for<void(error_code, shared_region)> CompletionToken>
 auto reg_shared(registration_service& service, protection_domain& pd, std::span<std::byte> buffer, access rights,
                 CompletionToken&& token) {
   return detail::start_request<shared_region>(
@@ -186,14 +186,14 @@ auto reg_shared(registration_service& service, protection_domain& pd, std::span<
       detail::request_args{detail::request_kind::reg_shared, pd.native_handle(), buffer, rights, 0});
 }
 
-template <typename CompletionToken>
+template <boost::asio::completion_token_for<void(error_code, memory_region)> CompletionToken>
 auto dereg(registration_service& service, memory_region&& region, CompletionToken&& token) {
   return detail::start_request<memory_region>(
       service, std::forward<CompletionToken>(token),
       detail::request_args{detail::request_kind::dereg, nullptr, {}, access::none, 0}, std::move(region));
 }
 
-template <typename CompletionToken>
+template <boost::asio::completion_token_for<void(error_code, rereg_result)> CompletionToken>
 auto rereg(registration_service& service, memory_region&& region, const rereg_request& change,
            CompletionToken&& token) {
   detail::request_args args{detail::request_kind::rereg, region.pd(), region.buffer(), region.rights(), 0};
