@@ -53,6 +53,24 @@ struct mapping {
   std::span<std::byte> span(std::size_t offset, std::size_t size) const { return {p + offset, size}; }
 };
 
+/// Address space this test holds with no access rights (PROT_NONE): the kernel cannot pin its pages, so
+/// registering it fails with EFAULT as unmapped memory does. Unlike a range just unmapped, no other
+/// mapping can take its place meanwhile (the sanitizers' runtimes and other threads map memory too, and
+/// may reuse a freed address), so a test built on it does not depend on address reuse.
+struct inaccessible_pages {
+  std::byte* p = nullptr;
+  std::size_t n = 0;
+  explicit inaccessible_pages(std::size_t size) : n(size) {
+    void* m = ::mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    REQUIRE(m != MAP_FAILED);
+    p = static_cast<std::byte*>(m);
+  }
+  inaccessible_pages(const inaccessible_pages&) = delete;
+  inaccessible_pages& operator=(const inaccessible_pages&) = delete;
+  ~inaccessible_pages() { ::munmap(p, n); }
+  std::span<std::byte> span() const { return {p, n}; }
+};
+
 /// Threads calling `pass()` count as arrived and wait there while the gate is held.
 class gate {
 public:

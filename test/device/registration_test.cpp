@@ -43,6 +43,7 @@ constexpr auto rw = cv::access::local_write | cv::access::remote_read | cv::acce
 
 using cv::test::mapping;
 using cv::test::outcome;
+using cv::test::inaccessible_pages;
 
 /// The libibverbs registrar, able to hold a registration after the verb produced it (the request is then
 /// "running" with a real region in hand).
@@ -238,11 +239,9 @@ TEST_CASE_METHOD(fixture, "ENOMEM under a tiny locked-memory limit names RLIMIT_
 
 TEST_CASE_METHOD(fixture, "EFAULT and EINVAL from the device name the argument at fault", "[reg][errors]") {
   cv::registration_service service(io.get_executor());
-  void* p = ::mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  REQUIRE(p != MAP_FAILED);
-  ::munmap(p, 8192);
+  inaccessible_pages hole(8192);  // held, so no other mapping can appear there meanwhile
   outcome unmapped, rights;
-  cv::reg_mr(service, pd, {static_cast<std::byte*>(p), 8192}, cv::access::local_write, unmapped.handler());
+  cv::reg_mr(service, pd, hole.span(), cv::access::local_write, unmapped.handler());
   mapping m(4096);
   cv::reg_mr(service, pd, m.span(), cv::access::remote_write, rights.handler());
   io.run();
