@@ -1,0 +1,184 @@
+// coverbs' data path — initiation, send-queue credits, completion dispatch, handler invocation, coroutine
+// resume — natively on a software verbs device that completes every work request at once
+// (test/support/soft_verbs.hpp): a fast check of dispatch logic on every host, beside the device tests
+// on rxe. The same data path bench_overhead measures.
+#include "../support/soft_pair.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <tuple>
+
+namespace cv = coverbs;
+namespace asio = boost::asio;
+
+namespace {
+
+/// Runs `io` until it has no more work, with a bound that only a hang reaches.
+void run_all(asio::io_context& io) {
+  io.restart();
+  CHECK(io.run_for(std::chrono::seconds(20)) < 100'000'000);
+  CHECK(io.stopped());
+}
+
+/// Fills `bytes` with a pattern that differs per operation.
+void pattern(std::span<std::byte> bytes, int seed) {
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::byte(static_cast<unsigned char>(seed * 31 + i));
+}
+
+}  // namespace
+
+TEST_CASE("writes complete with success and their lengths, on the queue's executor, never inside the call",
+          "[soft]") {
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 16, 4096);
+  constexpr int n = 200;
+  int done = 0;
+  bool initiating = false;
+  for (int i = 0; i < n; ++i) {
+    const std::size_t len = 1 + static_cast<std::size_t>(i * 37) % 4096;
+    initiating = true;
+    rig.a.async_write(rig.local_span(len), rig.remote_key(len), [&, i, len](cv::error_code ec, std::size_t bytes) {
+      CHECK_FALSE(initiating);
+      CHECK(io.get_executor().running_in_this_thread());
+      CHECK(ec == cv::error_code{});
+      CHECK(bytes == len);
+      CHECK(done == i);  // completions in posting order
+      ++done;
+    });
+    initiating = false;
+    if (i % 50 == 0) run_all(io);  // some complete between posts, most with others in flight
+  }
+  run_all(io);
+  CHECK(done == n);
+  CHECK(rig.soft.sends_posted() == n);
+  CHECK(rig.a.sends_outstanding() == 0);
+  CHECK(rig.cq.outstanding() == 0);
+}
+
+TEST_CASE("a write moves its bytes and a coroutine resumes on the queue's executor with each token", "[soft]") {
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 16, 256);
+  int finished = 0;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        pattern(rig.local, 1);
+        std::size_t n = co_await rig.a.async_write(rig.local_span(100), rig.remote_key(100), asio::use_awaitable);
+        CHECK(n == 100);
+        CHECK(std::memcmp(rig.local.data(), rig.remote.data(), 100) == 0);
+        CHECK(io.get_executor().running_in_this_thread());
+
+        pattern(rig.local, 2);
+        n = co_await rig.a.async_write(rig.local_span(200), rig.remote_key(200), asio::deferred);
+        CHECK(n == 200);
+        CHECK(std::memcmp(rig.local.data(), rig.remote.data(), 200) == 0);
+
+        pattern(rig.local, 3);
+        auto [ec, m] = co_await rig.a.async_write(rig.local_span(256), rig.remote_key(256),
+                                                   asio::as_tuple(asio::use_awaitable));
+        CHECK(ec == cv::error_code{});
+        CHECK(m == 256);
+        CHECK(std::memcmp(rig.local.data(), rig.remote.data(), 256) == 0);
+        ++finished;
+      },
+      asio::detached);
+  run_all(io);
+  CHECK(finished == 1);
+}
+
+TEST_CASE("more operations than the send-queue depth wait for credits, which completions return", "[soft]") {
+  asio::io_context io;
+  constexpr std::uint32_t depth = 4;
+  soft_verbs::soft_pair rig(io, depth, 64);
+  constexpr int n = 64;
+  int done = 0;
+  for (int i = 0; i < n; ++i)
+    rig.a.async_write(rig.local_span(8), rig.remote_key(8), [&](cv::error_code ec, std::size_t bytes) {
+      CHECK(ec == cv::error_code{});
+      CHECK(bytes == 8);
+      ++done;
+    });
+  CHECK(rig.a.sends_outstanding() == depth);
+  CHECK(rig.a.sends_waiting() == n - depth);
+  CHECK(done == 0);
+  run_all(io);
+  CHECK(done == n);
+  CHECK(rig.soft.sends_posted() == n);
+  // The device never saw more than the depth in flight (it refuses a post beyond it, as a NIC's full queue).
+  CHECK(rig.soft.max_send_outstanding() == depth);
+  CHECK(rig.a.sends_waiting() == 0);
+  CHECK(rig.a.sends_outstanding() == 0);
+}
+
+TEST_CASE("a failed completion reaches its handler as its wc_errc, and what follows is flushed", "[soft]") {
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 8, 64);
+  rig.soft.fail_next(IBV_WC_REM_ACCESS_ERR);
+  cv::error_code first, second;
+  std::size_t first_bytes = 99;
+  rig.a.async_write(rig.local_span(8), rig.remote_key(8), [&](cv::error_code ec, std::size_t bytes) {
+    first = ec;
+    first_bytes = bytes;
+  });
+  rig.a.async_write(rig.local_span(8), rig.remote_key(8), [&](cv::error_code ec, std::size_t) { second = ec; });
+  run_all(io);
+  CHECK(first == cv::wc_errc::rem_access_err);
+  CHECK(first_bytes == 0);
+  CHECK(second == cv::wc_errc::wr_flush_err);
+  CHECK(rig.a.error() == cv::wc_errc::rem_access_err);
+  // The other queue pair on the same completion queue is untouched.
+  cv::error_code other = cv::wc_errc::general_err;
+  rig.b.async_write(rig.local_span(8), rig.remote_key(8), [&](cv::error_code ec, std::size_t) { other = ec; });
+  run_all(io);
+  CHECK(other == cv::error_code{});
+}
+
+TEST_CASE("a send consumes the peer's receive; a completion that lands on an armed queue wakes the loop",
+          "[soft]") {
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 8, 512);
+  cv::received got;
+  cv::error_code recv_ec = cv::wc_errc::general_err, send_ec = cv::wc_errc::general_err;
+  // The receive waits: the queue arms and the loop waits on the completion channel.
+  rig.b.async_recv(rig.remote_span(512), [&](cv::error_code ec, cv::received r) {
+    recv_ec = ec;
+    got = r;
+  });
+  io.restart();
+  io.poll();
+  CHECK(recv_ec == cv::wc_errc::general_err);
+  const auto arms = rig.cq.stats().arms;
+  CHECK(arms >= 1);
+  pattern(rig.local, 7);
+  rig.a.async_send(rig.local_span(300), [&](cv::error_code ec, std::size_t) { send_ec = ec; });
+  run_all(io);
+  CHECK(send_ec == cv::error_code{});
+  CHECK(recv_ec == cv::error_code{});
+  CHECK(got.bytes == 300);
+  CHECK(std::memcmp(rig.local.data(), rig.remote.data(), 300) == 0);
+  CHECK(rig.soft.events_raised() >= 1);
+  CHECK(rig.cq.stats().events >= 1);
+}
+
+TEST_CASE("destroying a queue pair with receives posted flushes them to their handlers", "[soft]") {
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 8, 64);
+  cv::error_code ec1, ec2;
+  rig.b.async_recv(rig.remote_span(32), [&](cv::error_code ec, cv::received) { ec1 = ec; });
+  rig.b.async_recv(rig.remote_span(32), [&](cv::error_code ec, cv::received) { ec2 = ec; });
+  io.restart();
+  io.poll();
+  { cv::queue_pair gone(std::move(rig.b)); }  // its destructor flushes them; the handlers are posted
+  CHECK(ec1 == cv::error_code{});
+  run_all(io);
+  CHECK(ec1 == cv::wc_errc::wr_flush_err);
+  CHECK(ec2 == cv::wc_errc::wr_flush_err);
+}
