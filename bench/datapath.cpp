@@ -19,6 +19,7 @@
 
 #include "cli.hpp"
 #include "../tools/json_output.hpp"
+#include "../tools/statistics.hpp"
 #include "stamp_clock.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -121,11 +122,6 @@ struct result {
   double seconds = 0;              // bandwidth tests
   std::uint64_t bytes = 0, messages = 0;
 };
-
-double percentile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
-}
 
 /// Half of each round trip between consecutive stamps, in microseconds.
 std::vector<double> half_round_trips(const std::vector<std::uint64_t>& stamps, const stamp_clock& clock) {
@@ -336,8 +332,8 @@ int main(int argc, char** argv) {
       r = bandwidth(client, server, c);
 
     if (c.test.ends_with("_lat")) {
-      const double typical = percentile(r.samples_us, 0.5), p99 = percentile(r.samples_us, 0.99);
-      const double min = *std::min_element(r.samples_us.begin(), r.samples_us.end());
+      const statistics::summary st = statistics::summarize(r.samples_us);
+      const double typical = st.median, p99 = st.p99, min = st.min;
       const auto r3 = [](double x) { return json_output::rounded(x, 3); };
       if (c.json)
         json_output::print(json_output::json::object{{"test", c.test},

@@ -27,6 +27,7 @@
 
 #include "cli.hpp"
 #include "../tools/json_output.hpp"
+#include "../tools/statistics.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -174,12 +175,6 @@ struct mode_result {
   std::uint64_t ops = 0;
 };
 
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
-}
-
 mode_result run_mode(asio::io_context& io, pair& p, const config& c, const std::string& mode) {
   mode_result r;
   const auto start = clock_type::now(), end = start + std::chrono::milliseconds(c.duration_ms);
@@ -219,8 +214,8 @@ int main(int argc, char** argv) {
       r[m] = run_mode(io, p, c, modes[m]);
     double p50[3], p99[3], max[3];
     for (int m = 0; m < 3; ++m) {
-      p50[m] = percentile(r[m].late, 0.5);
-      p99[m] = percentile(r[m].late, 0.99);
+      p50[m] = statistics::median(r[m].late);
+      p99[m] = statistics::percentile(r[m].late, 99);
       max[m] = r[m].late.empty() ? 0 : *std::max_element(r[m].late.begin(), r[m].late.end());
     }
     const double busy = std::max(p99[1], p99[2]);

@@ -9,8 +9,8 @@
 
 #include "cli.hpp"
 #include "../tools/json_output.hpp"
+#include "../tools/statistics.hpp"
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,18 +21,6 @@
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-
-struct stats {
-  double median = 0, p99 = 0;
-};
-
-stats summarize(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const auto at = [&](double q) {
-    return v[std::min(v.size() - 1, static_cast<std::size_t>(q * (v.size() - 1) + 0.5))];
-  };
-  return {at(0.5), at(0.99)};
-}
 
 double us_since(clock_type::time_point t) {
   return std::chrono::duration<double, std::micro>(clock_type::now() - t).count();
@@ -86,7 +74,8 @@ int main(int argc, char** argv) {
         ibv_dereg_mr(raw);
         raw_dereg.push_back(us_since(t));
       }
-      const stats r = summarize(reg), d = summarize(dereg), rr = summarize(raw_reg), rd = summarize(raw_dereg);
+      const statistics::summary r = statistics::summarize(reg), d = statistics::summarize(dereg),
+                                rr = statistics::summarize(raw_reg), rd = statistics::summarize(raw_dereg);
       const auto r2 = [](double x) { return json_output::rounded(x, 2); };
       if (json)
         results.push_back(json_output::json::object{{"bytes", size},

@@ -20,6 +20,7 @@
 #include "cli.hpp"
 #include "../tools/json_output.hpp"
 #include "../tools/progress.hpp"
+#include "../tools/statistics.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -50,12 +51,6 @@ constexpr std::size_t mib = std::size_t{1} << 20;
 
 double us_since(clock_type::time_point t) {
   return std::chrono::duration<double, std::micro>(clock_type::now() - t).count();
-}
-
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
 }
 
 /// Touched anonymous memory; `offset` bytes past a 2 MiB boundary; THP asked for or refused.
@@ -104,7 +99,7 @@ double loop_stall_p99_ms(asio::io_context& io, Work work) {
   work(done);
   io.restart();
   io.run();
-  return percentile(late, 0.99);
+  return statistics::percentile(late, 99);
 }
 
 std::string thp_mode() {
@@ -156,7 +151,7 @@ int main(int argc, char** argv) {
     sizes.push_back(max_size);
     for (std::size_t size : sizes) {
       const int iters = size >= 256 * mib ? 5 : size >= 16 * mib ? 10 : 30;
-      by_size.emplace_back(size, percentile(time_sync_reg(pd, big.span.first(size), iters), 0.5));
+      by_size.emplace_back(size, statistics::median(time_sync_reg(pd, big.span.first(size), iters)));
     }
 
     phase.next("asynchronous registration of " + size_argument::text(max_size) + ", 9 times");
@@ -243,13 +238,13 @@ int main(int argc, char** argv) {
     double aligned_thp = 0, aligned_plain = 0, small_pages = 0;
     {
       arena a(align_size, 0, true), b(align_size, 0, false), c(align_size, 4096, false);
-      aligned_thp = percentile(time_sync_reg(pd, a.span, 15), 0.5);
-      aligned_plain = percentile(time_sync_reg(pd, b.span, 15), 0.5);
-      small_pages = percentile(time_sync_reg(pd, c.span, 15), 0.5);
+      aligned_thp = statistics::median(time_sync_reg(pd, a.span, 15));
+      aligned_plain = statistics::median(time_sync_reg(pd, b.span, 15));
+      small_pages = statistics::median(time_sync_reg(pd, c.span, 15));
     }
 
     phase.next("done");
-    const double unblock_us = percentile(unblock, 0.5), total_us = percentile(total, 0.5);
+    const double unblock_us = statistics::median(unblock), total_us = statistics::median(total);
     if (json) {
       json_output::json::object by_size_us;
       for (const auto& [size, us] : by_size)
@@ -266,7 +261,7 @@ int main(int argc, char** argv) {
           {"loop_stall_p99_ms_sync", json_output::rounded(stall_sync, 3)},
           {"loop_stall_p99_ms_async", json_output::rounded(stall_async, 3)},
           {"cache_hit_ns", r1(hit_ns)},
-          {"cache_miss_us_1mib", r1(percentile(miss, 0.5))},
+          {"cache_miss_us_1mib", r1(statistics::median(miss))},
           {"pool_alloc_ns", r1(pool_ns)},
           {"align_size_bytes", align_size},
           {"thp", thp_mode()},
@@ -283,7 +278,7 @@ int main(int argc, char** argv) {
       std::printf("1 ms timer p99 lateness, %zu-byte registrations back to back: sync %.3f ms, async %.3f ms\n",
                   stall_size, stall_sync, stall_async);
       std::printf("cache hit %.1f ns, cache miss (1 MiB) %.1f us, pool alloc+free %.1f ns\n", hit_ns,
-                  percentile(miss, 0.5), pool_ns);
+                  statistics::median(miss), pool_ns);
       std::printf("reg of %zu bytes (THP %s): 2 MiB-aligned+THP %.1f us, 2 MiB-aligned no THP %.1f us, "
                   "4 KiB-aligned no THP %.1f us: speedup %.3fx\n",
                   align_size, thp_mode().c_str(), aligned_thp, aligned_plain, small_pages, small_pages / aligned_thp);

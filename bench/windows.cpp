@@ -25,6 +25,7 @@
 #include "cli.hpp"
 #include "../tools/json_output.hpp"
 #include "../tools/progress.hpp"
+#include "../tools/statistics.hpp"
 #include "stamp_clock.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -33,7 +34,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -46,13 +46,6 @@ namespace cv = coverbs;
 using bench::stamp_clock;
 using asio::awaitable;
 using ticks = std::uint64_t;
-
-/// The median of `v`, in microseconds.
-double median_us(std::vector<ticks> v, double us_per_tick) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return static_cast<double>(v[v.size() / 2]) * us_per_tick;
-}
 
 ticks since(ticks t) { return stamp_clock::now() - t; }
 
@@ -259,11 +252,11 @@ int main(int argc, char** argv) {
     ibv_dealloc_mw(raw_mw);
     phase.next("done");
 
-    const double k = clock.us_per_tick();
-    const double mw1 = median_us(s.mw1, k), mw2 = median_us(s.mw2, k), rebind = median_us(s.mw2_rebind, k),
-                 raw = median_us(s.raw_mw2, k), event = median_us(s.mw2_event, k), rereg = median_us(s.rereg, k),
-                 turn = median_us(s.loop_turn, k), handler = median_us(s.mw2_handler, k),
-                 handler_turn = median_us(s.handler_turn, k);
+    const auto median_us = [k = clock.us_per_tick()](const std::vector<ticks>& v) { return statistics::median(v) * k; };
+    const double mw1 = median_us(s.mw1), mw2 = median_us(s.mw2), rebind = median_us(s.mw2_rebind),
+                 raw = median_us(s.raw_mw2), event = median_us(s.mw2_event), rereg = median_us(s.rereg),
+                 turn = median_us(s.loop_turn), handler = median_us(s.mw2_handler),
+                 handler_turn = median_us(s.handler_turn);
     const char* how = caps.rereg_mr ? "ibv_rereg_mr" : "ibv_dereg_mr+ibv_reg_mr";
     if (json) {
       const auto r2 = [](double x) { return json_output::rounded(x, 2); };

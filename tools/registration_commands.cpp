@@ -1,6 +1,7 @@
 #include "registration_commands.hpp"
 #include "command_line.hpp"
 #include "json_output.hpp"
+#include "statistics.hpp"
 
 #include <coverbs/buffer_pool.hpp>
 #include <coverbs/coverbs.hpp>
@@ -17,7 +18,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -78,15 +78,6 @@ std::string human(std::size_t bytes) {
   while (u < 3 && bytes >= 1024 && bytes % 1024 == 0)
     bytes /= 1024, ++u;
   return std::to_string(bytes) + " " + units[u];
-}
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  const double rank = p / 100 * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<std::size_t>(rank);
-  const auto hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
 }
 
 double us_since(clock_type::time_point t) {
@@ -274,13 +265,13 @@ int reg_latency(const reg_latency_options& o) {
         for (double p : percentiles) {
           char key[32];
           std::snprintf(key, sizeof key, "p%g_us", p);
-          row[key] = json_output::rounded(percentile(v, p), 3);
+          row[key] = json_output::rounded(statistics::percentile(v, p), 3);
         }
         rows.push_back(std::move(row));
       } else {
         std::printf("%-10s %-6s", human(size).c_str(), mode);
         for (double p : percentiles)
-          std::printf(" %12.3f", percentile(v, p));
+          std::printf(" %12.3f", statistics::percentile(v, p));
         std::printf("\n");
       }
     }
@@ -338,10 +329,11 @@ int stress(const stress_options& o) {
   std::printf("stress: %lu registrations of %s on %s from %lu threads in %.2f s\n", count, human(size).c_str(),
               dev.name().c_str(), threads, seconds);
   std::printf("  succeeded %zu, failed %lu", latencies.size(), failed);
-  if (!latencies.empty())
-    std::printf("; register p50 %.1f us, p99 %.1f us, max %.1f us; %.2f GiB/s pinned", percentile(latencies, 50),
-                percentile(latencies, 99), percentile(latencies, 100),
+  if (!latencies.empty()) {
+    const statistics::summary st = statistics::summarize(latencies);
+    std::printf("; register p50 %.1f us, p99 %.1f us, max %.1f us; %.2f GiB/s pinned", st.median, st.p99, st.max,
                 static_cast<double>(latencies.size()) * static_cast<double>(size) / seconds / (1 << 30));
+  }
   std::printf("\n");
   for (const auto& [k, v] : failures)
     std::printf("  %8lu  %s\n", v, k.c_str());

@@ -14,6 +14,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "../../tools/command_line.hpp"
+#include "../../tools/statistics.hpp"
 
 #include <arpa/inet.h>
 #include <net/if.h>
@@ -245,17 +246,11 @@ class timings {
 public:
   void add(clock::duration d) { us_.push_back(std::chrono::duration<double, std::micro>(d).count()); }
   std::size_t count() const noexcept { return us_.size(); }
-  /// The `p`-th percentile (0..100) in microseconds; 0 when empty.
-  double percentile(double p) const {
-    if (us_.empty()) return 0;
-    std::vector<double> sorted = us_;
-    std::sort(sorted.begin(), sorted.end());
-    return sorted[static_cast<std::size_t>(p / 100 * static_cast<double>(sorted.size() - 1) + 0.5)];
-  }
-  /// "n 1600, median 120.5 us, p99 480.2 us".
+  /// "n 1600, median 120.5 us, p99 480.2 us" (tools/statistics.hpp says how they are taken).
   std::string summary() const {
+    const statistics::summary s = statistics::summarize(us_);
     char text[96];
-    std::snprintf(text, sizeof text, "n %zu, median %.1f us, p99 %.1f us", count(), percentile(50), percentile(99));
+    std::snprintf(text, sizeof text, "n %zu, median %.1f us, p99 %.1f us", s.count, s.median, s.p99);
     return text;
   }
   void merge(const timings& other) { us_.insert(us_.end(), other.us_.begin(), other.us_.end()); }

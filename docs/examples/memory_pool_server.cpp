@@ -51,6 +51,7 @@
 #include <coverbs/coverbs.hpp>
 
 #include "example_support.hpp"
+#include "../../tools/json_output.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -88,6 +89,7 @@
 
 namespace asio = boost::asio;
 namespace cv = coverbs;
+namespace json = json_output::json;
 using asio::awaitable;
 using asio::use_awaitable;
 using namespace std::chrono_literals;
@@ -216,76 +218,33 @@ awaitable<bool> wait_until(Pred done, clock_type::duration limit, clock_type::du
 // ---------------------------------------------------------------------------------------------------------
 // Statistics
 
+/// `x` to a tenth, as the statistics print it.
+double tenth(double x) { return json_output::rounded(x, 1); }
+
 /// Latency samples in microseconds.
 struct samples {
   std::vector<double> values;
   void add(double us) { values.push_back(us); }
-  double at(double q) const {
-    if (values.empty()) return 0;
-    std::vector<double> v = values;
-    std::sort(v.begin(), v.end());
-    return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
-  }
+  /// "median 120.5, p99 480.2, max 512.0 (1600)" (tools/statistics.hpp says how they are taken).
   std::string text() const {
     if (values.empty()) return "none";
+    const statistics::summary s = statistics::summarize(values);
     char b[128];
-    std::snprintf(b, sizeof b, "median %.1f, p99 %.1f, max %.1f (%zu)", at(0.5), at(0.99), at(1.0), values.size());
+    std::snprintf(b, sizeof b, "median %.1f, p99 %.1f, max %.1f (%zu)", s.median, s.p99, s.max, s.count);
     return b;
   }
   /// {count, median, p99, max, values}: the samples too, so results of several processes can be merged.
-  std::string json() const {
-    char b[160];
-    std::snprintf(b, sizeof b, "{\"count\":%zu,\"median\":%.1f,\"p99\":%.1f,\"max\":%.1f,\"values\":[", values.size(),
-                  at(0.5), at(0.99), at(1.0));
-    std::string out = b;
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      std::snprintf(b, sizeof b, "%s%.1f", i ? "," : "", values[i]);
-      out += b;
-    }
-    return out + "]}";
+  json::object to_json() const {
+    const statistics::summary s = statistics::summarize(values);
+    json::array all;
+    for (double v : values)
+      all.push_back(tenth(v));
+    return {{"count", s.count},
+            {"median", tenth(s.median)},
+            {"p99", tenth(s.p99)},
+            {"max", tenth(s.max)},
+            {"values", std::move(all)}};
   }
-};
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += ' ';
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
-/// One flat JSON object, built field by field.
-class json_line {
-public:
-  json_line& add(const char* key, const std::string& raw_json) {
-    text_ += (text_.empty() ? "{" : ",") + json_string(key) + ":" + raw_json;
-    return *this;
-  }
-  json_line& str(const char* key, const std::string& s) { return add(key, json_string(s)); }
-  json_line& num(const char* key, std::uint64_t n) { return add(key, std::to_string(n)); }
-  json_line& real(const char* key, double d) {
-    char b[64];
-    std::snprintf(b, sizeof b, "%.1f", d);
-    return add(key, b);
-  }
-  json_line& flag(const char* key, bool b) { return add(key, b ? "true" : "false"); }
-  json_line& list(const char* key, const std::vector<std::string>& items) {
-    std::string v = "[";
-    for (const auto& i : items)
-      v += (v.size() > 1 ? "," : "") + json_string(i);
-    return add(key, v + "]");
-  }
-  std::string done() const { return text_.empty() ? "{}" : text_ + "}"; }
-
-private:
-  std::string text_;
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -796,42 +755,41 @@ awaitable<message> pool_server::leave(session& s, std::uint64_t tenant_id) {
 void pool_server::report() const {
   const cv::window_counters w = cv::window_statistics();
   if (config_.json) {
-    json_line j;
-    j.str("role", "server")
-        .num("connections", connections_)
-        .num("accept_errors", accept_errors_)
-        .num("sessions_ended", sessions_ended_)
-        .num("tenants", tenants_seen_)
-        .num("tenants_per_connection", config_.tenants_per_connection)
-        .num("tenant_limit_refusals", tenant_limit_refusals_)
-        .num("tenants_released", tenants_released_)
-        .num("tenants_reclaimed", tenants_reclaimed_)
-        .num("tenants_taken_over", tenants_taken_over_)
-        .num("tenants_expired", tenants_expired_)
-        .num("tenants_evicted", tenants_evicted_)
-        .num("requests", requests_)
-        .num("control_bytes", control_bytes_)
-        .num("pool_bytes", config_.pool_size)
-        .real("registration_us", registration_us_)
-        .num("windows_granted", windows_granted_)
-        .num("windows_revoked", windows_revoked_)
-        .num("revoked_by_compaction", revoked_by_compaction_)
-        .num("grant_failures", grant_failures_)
-        .num("bytes_exposed", bytes_exposed_)
-        .add("bind_us", bind_us_.json())
-        .num("compactions", compactions_)
-        .num("moved_bytes", moved_bytes_)
-        .add("compaction_us", compaction_us_.json())
-        .num("binds", w.binds)
-        .num("binds_failed", w.binds_failed)
-        .num("invalidations", w.invalidations)
-        .num("windows_replaced", w.windows_replaced)
-        .num("windows_bound_at_exit", w.windows_bound);
-    std::vector<std::string> causes;
+    json::array causes;
     for (const auto& [cause, n] : end_causes_)
-      causes.push_back(std::to_string(n) + " x " + cause);
-    j.list("session_end_causes", causes).list("errors", errors_);
-    std::printf("%s\n", j.done().c_str());
+      causes.push_back(json::string(std::to_string(n) + " x " + cause));
+    json_output::print(json::object{{"role", "server"},
+                                    {"connections", connections_},
+                                    {"accept_errors", accept_errors_},
+                                    {"sessions_ended", sessions_ended_},
+                                    {"tenants", tenants_seen_},
+                                    {"tenants_per_connection", config_.tenants_per_connection},
+                                    {"tenant_limit_refusals", tenant_limit_refusals_},
+                                    {"tenants_released", tenants_released_},
+                                    {"tenants_reclaimed", tenants_reclaimed_},
+                                    {"tenants_taken_over", tenants_taken_over_},
+                                    {"tenants_expired", tenants_expired_},
+                                    {"tenants_evicted", tenants_evicted_},
+                                    {"requests", requests_},
+                                    {"control_bytes", control_bytes_},
+                                    {"pool_bytes", config_.pool_size},
+                                    {"registration_us", tenth(registration_us_)},
+                                    {"windows_granted", windows_granted_},
+                                    {"windows_revoked", windows_revoked_},
+                                    {"revoked_by_compaction", revoked_by_compaction_},
+                                    {"grant_failures", grant_failures_},
+                                    {"bytes_exposed", bytes_exposed_},
+                                    {"bind_us", bind_us_.to_json()},
+                                    {"compactions", compactions_},
+                                    {"moved_bytes", moved_bytes_},
+                                    {"compaction_us", compaction_us_.to_json()},
+                                    {"binds", w.binds},
+                                    {"binds_failed", w.binds_failed},
+                                    {"invalidations", w.invalidations},
+                                    {"windows_replaced", w.windows_replaced},
+                                    {"windows_bound_at_exit", w.windows_bound},
+                                    {"session_end_causes", std::move(causes)},
+                                    {"errors", json::array(errors_.begin(), errors_.end())}});
     return;
   }
   std::printf("memory_pool_server statistics\n");
@@ -1134,7 +1092,7 @@ awaitable<void> client_session(const client_config& c, std::uint64_t tenant_id, 
 /// Prints why the admin request failed: one JSON line on stdout with --json, else a line on stderr.
 void print_admin_failure(const client_config& c, const std::string& why) {
   if (c.json)
-    std::printf("%s\n", json_line().str("role", "admin").str("command", c.admin).str("status", why).done().c_str());
+    json_output::print(json::object{{"role", "admin"}, {"command", c.admin}, {"status", why}});
   else
     std::fprintf(stderr, "memory_pool_server: %s: %s\n", c.admin.c_str(), why.c_str());
 }
@@ -1152,19 +1110,22 @@ awaitable<bool> admin(const client_config& c, client_stats& st) {
     const message request{.op = op, .count = c.waiting};
     const message reply = co_await call(*l, request, st);
     const double us = micros_since(t0);
-    json_line j;
-    j.str("role", "admin").str("command", c.admin).str("status", "ok").num("generation", reply.generation);
-    if (op == command::compact)
-      j.num("waiting", c.waiting)
-          .num("revoked", reply.revoked)
-          .num("granted", reply.granted)
-          .num("moved_bytes", reply.moved_bytes)
-          .num("compaction_us", reply.took_us);
-    if (op == command::status)
-      j.num("slots", reply.count).num("free_slots", reply.free_slots).num("held_slots", reply.held_slots);
-    j.real("request_us", us);
+    json::object j{{"role", "admin"}, {"command", c.admin}, {"status", "ok"}, {"generation", reply.generation}};
+    if (op == command::compact) {
+      j["waiting"] = c.waiting;
+      j["revoked"] = reply.revoked;
+      j["granted"] = reply.granted;
+      j["moved_bytes"] = reply.moved_bytes;
+      j["compaction_us"] = reply.took_us;
+    }
+    if (op == command::status) {
+      j["slots"] = reply.count;
+      j["free_slots"] = reply.free_slots;
+      j["held_slots"] = reply.held_slots;
+    }
+    j["request_us"] = tenth(us);
     const std::string line =
-        c.json ? j.done()
+        c.json ? json_output::text(j)
         : op == command::compact
             ? "compaction " + std::to_string(reply.generation) + ": revoked " + std::to_string(reply.revoked) +
                   " windows, copied " + std::to_string(reply.moved_bytes) + " bytes, granted " +
@@ -1212,9 +1173,11 @@ awaitable<void> grab(const client_config& c, client_stats& st, bool& ok) {
     for (const auto& [why, n] : other)
       others.push_back(std::to_string(n) + " x " + why);
     if (c.json) {
-      json_line j;
-      j.str("role", "grab").num("asked", c.grab).num("granted", granted).num("over_limit", over_limit);
-      std::printf("%s\n", j.list("other_refusals", others).done().c_str());
+      json_output::print(json::object{{"role", "grab"},
+                                      {"asked", c.grab},
+                                      {"granted", granted},
+                                      {"over_limit", over_limit},
+                                      {"other_refusals", json::array(others.begin(), others.end())}});
     } else {
       std::printf("grab: asked keys for %u tenant ids on one connection: %" PRIu64 " granted, %" PRIu64
                   " refused over the server's --tenants-per-connection\n",
@@ -1233,36 +1196,34 @@ awaitable<void> grab(const client_config& c, client_stats& st, bool& ok) {
 
 void print_client(const client_config& c, const client_stats& st, double wall_us) {
   if (c.json) {
-    json_line j;
-    j.str("role", "client")
-        .num("pid", static_cast<std::uint64_t>(getpid()))
-        .num("sessions", st.sessions)
-        .num("sessions_ok", st.sessions_ok)
-        .num("ops", c.ops)
-        .num("size", c.size)
-        .flag("after_compaction", c.after_compaction)
-        .num("connections", st.connections)
-        .num("reconnects", st.reconnects)
-        .num("ops_verified", st.ops_verified)
-        .num("verify_failures", st.verify_failures)
-        .num("bytes_written", st.bytes_written)
-        .num("bytes_read", st.bytes_read)
-        .num("control_bytes", st.control_bytes)
-        .num("expected_errors", st.expected_errors)
-        .num("expected_errors_seen", st.expected_errors_seen)
-        .num("recovered", st.recovered)
-        .num("fresh_keys", st.fresh_keys)
-        .num("data_intact", st.data_intact)
-        .num("moved", st.moved)
-        .add("connect_us", st.connect_us.json())
-        .add("registration_us", st.registration_us.json())
-        .add("keys_us", st.keys_us.json())
-        .add("phase1_us", st.phase1_us.json())
-        .add("recover_us", st.recover_us.json())
-        .add("phase2_us", st.phase2_us.json())
-        .real("wall_us", wall_us)
-        .list("unexpected_errors", st.unexpected);
-    std::printf("%s\n", j.done().c_str());
+    json_output::print(json::object{{"role", "client"},
+                                    {"pid", static_cast<std::uint64_t>(getpid())},
+                                    {"sessions", st.sessions},
+                                    {"sessions_ok", st.sessions_ok},
+                                    {"ops", c.ops},
+                                    {"size", c.size},
+                                    {"after_compaction", c.after_compaction},
+                                    {"connections", st.connections},
+                                    {"reconnects", st.reconnects},
+                                    {"ops_verified", st.ops_verified},
+                                    {"verify_failures", st.verify_failures},
+                                    {"bytes_written", st.bytes_written},
+                                    {"bytes_read", st.bytes_read},
+                                    {"control_bytes", st.control_bytes},
+                                    {"expected_errors", st.expected_errors},
+                                    {"expected_errors_seen", st.expected_errors_seen},
+                                    {"recovered", st.recovered},
+                                    {"fresh_keys", st.fresh_keys},
+                                    {"data_intact", st.data_intact},
+                                    {"moved", st.moved},
+                                    {"connect_us", st.connect_us.to_json()},
+                                    {"registration_us", st.registration_us.to_json()},
+                                    {"keys_us", st.keys_us.to_json()},
+                                    {"phase1_us", st.phase1_us.to_json()},
+                                    {"recover_us", st.recover_us.to_json()},
+                                    {"phase2_us", st.phase2_us.to_json()},
+                                    {"wall_us", tenth(wall_us)},
+                                    {"unexpected_errors", json::array(st.unexpected.begin(), st.unexpected.end())}});
     return;
   }
   std::printf("memory_pool_server client: %" PRIu64 "/%" PRIu64 " sessions held in %.1f ms\n", st.sessions_ok,
