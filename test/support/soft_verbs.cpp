@@ -2,6 +2,7 @@
 // it defines in place of libibverbs' for the executable that links this file.
 #include "soft_verbs.hpp"
 
+#include <dlfcn.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <deque>
 #include <new>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -260,6 +262,13 @@ int req_notify_cq(ibv_cq* cq, int) {
 }  // namespace
 
 device::device() : s_(new state) {
+  // The library's calls reach this file's verbs only if the executable exports them (soft_verbs.hpp);
+  // otherwise libibverbs would receive this software context and crash. Say so instead.
+  if (::dlsym(RTLD_DEFAULT, "ibv_alloc_pd") != reinterpret_cast<void*>(&::ibv_alloc_pd)) {
+    delete s_;
+    throw std::logic_error("soft_verbs: the executable does not export its verbs, so libcoverbs would call "
+                           "libibverbs' own with the software context; link it with export_dynamic (-rdynamic)");
+  }
   s_->sc.owner = s_;
   std::strcpy(s_->dev.name, "soft0");
   std::strcpy(s_->dev.dev_name, "soft0");

@@ -20,7 +20,9 @@ TEST_CASE("every event kind has the verbs name", "[events]") {
   cv::device_event e;
   e.type = IBV_EVENT_PORT_ERR;
   CHECK(std::string(e.name()) == "port error");
-  CHECK(std::string(cv::device_event::name_of(static_cast<ibv_event_type>(999))) == "unknown");
+  // A value verbs does not name. It must lie within the enum's range (0..31: IBV_EVENT_WQ_FATAL is 19):
+  // forming 999 is undefined behaviour, which UndefinedBehaviorSanitizer (clang's -fsanitize=enum) reports.
+  CHECK(std::string(cv::device_event::name_of(static_cast<ibv_event_type>(31))) == "unknown");
 }
 
 TEST_CASE("an event says which kind of object it is about", "[events]") {
