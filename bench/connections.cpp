@@ -30,6 +30,7 @@
 // Each phase has a deadline (--phase-timeout-s). When a phase fails (an error, or the deadline), larger N
 // are not tried: max_connections is the largest N established and limit_reason says what failed and how
 // (the error of the verb or rdma_cm step: EMFILE for the descriptor limit, ENOMEM, a CQ overcommitted...).
+// established_at_limit = how many connections that N had established when it failed (-1: none failed).
 // When every N passes, limit_reason says no limit was hit up to --max-connections.
 #include <coverbs/coverbs.hpp>
 
@@ -50,6 +51,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -215,7 +217,8 @@ public:
     r.seconds = std::chrono::duration<double>(clock_type::now() - start).count();
     r.established = std::min(accepted_, connected_);
     r.connect_ms = std::move(connect_ms_);
-    if (!done || failed()) r.error = error_.empty() ? "the phase did not end" : error_;
+    if (!done || failed())
+      r.error = (error_.empty() ? "the phase did not end" : error_) + "; open descriptors after it: " + open_descriptors();
     return r;
   }
 
@@ -256,6 +259,19 @@ private:
     cv::completion_queue_options o;
     o.depth = int(depth);
     return o;
+  }
+
+  /// The process's open descriptors, counted in /proc/self/fd, against RLIMIT_NOFILE: an error that hides
+  /// EMFILE (rdma_cm's answer then names no device) shows here.
+  static std::string open_descriptors() {
+    rlimit r{};
+    getrlimit(RLIMIT_NOFILE, &r);
+    std::size_t n = 0;
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec))
+      ++n;
+    return (ec ? std::string("not countable (") + ec.message() + ")" : std::to_string(n)) + " of RLIMIT_NOFILE " +
+           std::to_string(r.rlim_cur);
   }
 
   bool failed() const { return !error_.empty(); }
@@ -427,7 +443,7 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "%s: soft RLIMIT_NOFILE raised from %llu to the hard limit %llu\n", prog,
                static_cast<unsigned long long>(nofile_before), static_cast<unsigned long long>(nofile));
   std::vector<figures> runs;
-  int max_established = 0;
+  int max_established = 0, established_at_limit = -1;
   std::string limit_reason, device;
   try {
     progress::phases phase(prog, int(c.counts.size()) * (c.skip_no_srq ? 1 : 2));
@@ -457,9 +473,10 @@ int main(int argc, char** argv) {
           const std::string why = f.conn.error.empty() ? f.msgs.error : f.conn.error;
           std::fprintf(stderr, "%s:   failed with %d connections (%d established): %s\n", prog, n,
                        f.conn.established, why.c_str());
+          if (srq) established_at_limit = f.conn.established;
           if (srq)
             limit_reason = std::to_string(n) + " connections (" + std::to_string(f.conn.established) +
-                           " established): " + why + " (RLIMIT_NOFILE " + std::to_string(nofile) + ")";
+                           " established): " + why;
           break;
         }
         if (srq) max_established = n;
@@ -467,6 +484,10 @@ int main(int argc, char** argv) {
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", prog, e.what());
+    return 1;
+  }
+  if (max_established == 0) {  // not one connection: no device, a wrong address, ...
+    std::fprintf(stderr, "%s: no connection could be set up: %s\n", prog, limit_reason.c_str());
     return 1;
   }
   if (limit_reason.empty())
@@ -489,6 +510,7 @@ int main(int argc, char** argv) {
                    {"nofile_limit", nofile},
                    {"max_connections", max_established},
                    {"limit_reason", limit_reason},
+                   {"established_at_limit", established_at_limit},
                    {"reg_bytes_per_conn_no_srq", std::uint64_t(c.receives) * c.size}};
     for (const auto& f : runs) {
       if (!f.ok()) continue;
