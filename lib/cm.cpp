@@ -18,11 +18,13 @@
 #include <fcntl.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <deque>
+#include <string>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -37,6 +39,18 @@ rdma_event_channel* new_event_channel() {
   rdma_event_channel* channel = rdma_create_event_channel();
     if (!channel) {
       const error_code cause = verbs_null_result(channel);
+      // Out of file descriptors: say so first. Listing the devices would fail the same way and call it
+      // "no RDMA device", hiding the cause.
+      if (cause == boost::system::errc::too_many_files_open ||
+          cause == boost::system::errc::too_many_files_open_in_system) {
+        rlimit limit{};
+        const std::string soft = ::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY
+                                     ? std::to_string(limit.rlim_cur)
+                                     : std::string("?");
+        throw system_error(cause, "rdma_create_event_channel: no file descriptor left (RLIMIT_NOFILE soft limit " +
+                                      soft + "); every connection and listener holds one or two: raise the limit "
+                                             "(ulimit -n, or setrlimit(RLIMIT_NOFILE) up to the hard limit)");
+      }
       // No RDMA at all on this host: say so the way device::open does (it points to the guest).
       error_code devices;
       (void)list_devices(devices);

@@ -12,12 +12,19 @@
 #include <rdma/rdma_cma.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace asio = boost::asio;
 namespace cv = coverbs;
@@ -321,4 +328,44 @@ TEST_CASE("a connect to a loopback or wildcard address says so and names the add
     CHECK(*got == cv::errc::loopback_address);
     CHECK(got->message().find("10.77.0.1") != std::string::npos);
   }
+}
+
+// A process out of file descriptors (RLIMIT_NOFILE) must hear that, not "no RDMA device": the device
+// listing rdma_cm's failure used to fall back on fails the same way and hid the cause.
+TEST_CASE("a listener and a connect with no file descriptor left name RLIMIT_NOFILE", "[cm][faults][fds]") {
+  test::event_loop loop;
+  cv::listener l(loop.io.get_executor(), address, 0);
+  const auto port = l.local_port();
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  // Take every descriptor below a low soft limit, so the next open fails with EMFILE.
+  rlimit low = saved;
+  low.rlim_cur = 256;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  std::vector<int> taken;
+  for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;)
+    taken.push_back(fd);
+  const int open_errno = errno;
+  std::optional<std::string> listener_error;
+  try {
+    cv::listener second(loop.io.get_executor(), address, 0);
+  } catch (const cv::system_error& e) {
+    CHECK(e.code() == boost::system::errc::too_many_files_open);
+    listener_error = e.what();
+  }
+  // The connect starts on the loop (its executor), so the descriptors stay taken until it completes.
+  std::optional<cv::error_code> connect;
+  cv::async_connect(loop.io.get_executor(), address, port, [&](cv::error_code ec, cv::connection) { connect = ec; });
+  const bool completed = loop.run_until([&] { return connect.has_value(); }, 30s);
+  for (int fd : taken)
+    ::close(fd);
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+  CHECK(open_errno == EMFILE);
+  REQUIRE(listener_error);
+  INFO(*listener_error);
+  CHECK(listener_error->find("RLIMIT_NOFILE soft limit 256") != std::string::npos);
+  CHECK(listener_error->find("no RDMA device") == std::string::npos);
+  REQUIRE(completed);
+  INFO(connect->message());
+  CHECK(*connect == boost::system::errc::too_many_files_open);
 }
