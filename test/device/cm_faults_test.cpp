@@ -333,6 +333,18 @@ TEST_CASE("a connect to a loopback or wildcard address says so and names the add
 // A process out of file descriptors (RLIMIT_NOFILE) must hear that, not "no RDMA device": the device
 // listing rdma_cm's failure used to fall back on fails the same way and hid the cause.
 TEST_CASE("a listener and a connect with no file descriptor left name RLIMIT_NOFILE", "[cm][faults][fds]") {
+  // A sanitizer's runtime needs descriptors of its own while the program runs (UBSan's vptr check probes
+  // memory through a pipe; ASan reads /proc when it reports), so with none left it reports false
+  // findings: this case runs in the unsanitized legs only.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  SUCCEED("skipped under a sanitizer");
+  return;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  SUCCEED("skipped under a sanitizer");
+  return;
+#endif
+#endif
   test::event_loop loop;
   cv::listener l(loop.io.get_executor(), address, 0);
   const auto port = l.local_port();
@@ -346,11 +358,13 @@ TEST_CASE("a listener and a connect with no file descriptor left name RLIMIT_NOF
   for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;)
     taken.push_back(fd);
   const int open_errno = errno;
+  // No Catch assertion until the descriptors are back: nothing but the code under test runs meanwhile.
   std::optional<std::string> listener_error;
+  cv::error_code listener_code;
   try {
     cv::listener second(loop.io.get_executor(), address, 0);
   } catch (const cv::system_error& e) {
-    CHECK(e.code() == boost::system::errc::too_many_files_open);
+    listener_code = e.code();
     listener_error = e.what();
   }
   // The connect starts on the loop (its executor), so the descriptors stay taken until it completes.
@@ -363,6 +377,7 @@ TEST_CASE("a listener and a connect with no file descriptor left name RLIMIT_NOF
   CHECK(open_errno == EMFILE);
   REQUIRE(listener_error);
   INFO(*listener_error);
+  CHECK(listener_code == boost::system::errc::too_many_files_open);
   CHECK(listener_error->find("RLIMIT_NOFILE soft limit 256") != std::string::npos);
   CHECK(listener_error->find("no RDMA device") == std::string::npos);
   REQUIRE(completed);
