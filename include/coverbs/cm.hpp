@@ -101,8 +101,10 @@ struct connection_options {
   /// a request the peer did not acknowledge before it fails with `wc_errc::retry_exc_err`. Set on this side's
   /// queue pair (ibv_modify_qp to RTS, `retry_cnt`) whatever the peer asked for. Also sent in the request
   /// (rdma_conn_param::retry_count), where rdma_cm applies it to the passive side's queue pair; a coverbs
-  /// listener overrides that with its own option.
-  std::uint8_t retry_count = 7;
+  /// listener overrides that with its own option. The default is 6, not 7: Soft-RoCE (rxe) retries without
+  /// end at 7, so a dead peer would never be noticed (measured across two hosts: 7 never failed in 9 minutes,
+  /// 6 failed after 14.8 s at a 2.1 s ACK timeout); on NICs 6 costs one retry.
+  std::uint8_t retry_count = 6;
   /// Receiver-not-ready retries of this side's own sends (0..7, 7: infinite): how often its queue pair resends
   /// a send that found no receive posted at the peer before it fails with `wc_errc::rnr_retry_exc_err`. Set on
   /// this side's queue pair (ibv_modify_qp to RTS, `rnr_retry`). rdma_cm (IBA CM REQ/REP) would instead give

@@ -64,7 +64,9 @@ struct queue_pair_options {
   int gid_index = -1;                   ///< -1: device::default_gid(port)
   ibv_mtu path_mtu = IBV_MTU_4096;      ///< capped at the port's active MTU
   std::uint8_t timeout = 14;            ///< local ACK timeout: 4.096 us * 2^timeout (14: ~67 ms)
-  std::uint8_t retry_cnt = 7;           ///< transport retries before wc_errc::retry_exc_err
+  /// Transport retries (0..7) before wc_errc::retry_exc_err. 6, not IBA's maximum 7: Soft-RoCE (rxe) treats
+  /// 7 as "retry forever", so a send to a dead peer would never complete; on NICs it costs one retry.
+  std::uint8_t retry_cnt = 6;
   std::uint8_t rnr_retry = 7;           ///< receiver-not-ready retries (7: infinite)
   std::uint8_t min_rnr_timer = 12;      ///< RNR NAK timer code (12: 0.64 ms)
   std::uint8_t max_rd_atomic = 0;       ///< outstanding reads/atomics as requester; 0: device maximum (<= 16)

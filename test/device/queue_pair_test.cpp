@@ -186,6 +186,25 @@ TEST_CASE("a wrong rkey fails with rem_access_err; later and outstanding operati
   CHECK(p.cq.outstanding() == 0);
 }
 
+TEST_CASE("with the default retry count, a write to a queue pair that is gone fails with retry_exc_err",
+          "[qp][errors][retry]") {
+  // The peer's queue pair is destroyed without a word: its packets are dropped by the responder's device,
+  // so the requester retries. rxe takes a retry count of 7 as "retry forever"; coverbs' default (6) must
+  // end in retry_exc_err after its retries x the ACK timeout (~0.5 s at timeout 14), not never.
+  rc_pair p;
+  CHECK(cv::queue_pair_options{}.retry_cnt == 6);
+  test_buffer local(p.pd, 4096), remote(p.pd, 4096);
+  { cv::queue_pair gone = std::move(p.b); }
+  completion<std::size_t> w, after;
+  p.a.async_write(local.span(0, 64), remote.key(), w.handler());
+  p.a.async_write(local.span(0, 64), remote.key(), after.handler());
+  // Without a bounded retry count this never completes: the limit turns that into a failure.
+  REQUIRE(p.run_until([&] { return w.done() && after.done(); }, std::chrono::seconds(60)));
+  CHECK(*w.ec == cv::wc_errc::retry_exc_err);
+  CHECK(*after.ec == cv::wc_errc::wr_flush_err);
+  CHECK(p.a.error() == cv::wc_errc::retry_exc_err);
+}
+
 TEST_CASE("bad requests are refused before posting and the queue pair stays healthy", "[qp][errors]") {
   rc_pair p;
   test_buffer local(p.pd, 4096), remote(p.pd, 4096);
