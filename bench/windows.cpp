@@ -1,7 +1,7 @@
 // bench_windows: what a memory-window bind costs, and what changing a peer's rights costs with windows
 // versus re-registering memory — through coverbs and through raw verbs in the same run.
 //
-//   bench_windows [--device NAME] [--iters N] [--rereg-iters N] [--json]
+//   bench_windows [--device NAME] [--iters N] [--rereg-iters N] [--rounds R] [--json]
 //
 // Figures (medians, microseconds; time stamps from the cycle counter, as perftest takes them):
 //   mw1_bind_us            coverbs bind_mw of a type-1 window (ibv_bind_mw), posted to completion
@@ -12,6 +12,12 @@
 //                          else ibv_dereg_mr + ibv_reg_mr
 //   mw_vs_rereg_speedup    rereg_or_reg_us / mw2_rebind_us
 //   raw_mw2_bind_us        the type-2 bind as a raw-verbs loop (ibv_post_send, busy ibv_poll_cq)
+//   raw_mw2_rebind_us      the rights change as a raw-verbs loop: the same LOCAL_INV + BIND_MW chain as rebind_mw
+//                          (both signaled, one ibv_post_send), busy-polled until both completions are in
+//   mw_ceiling             rereg_or_reg_us / raw_mw2_rebind_us: the most a window can gain over re-registration
+//                          on this device (re-registration is raw verbs already), measured in the same run
+//   mw_speedup_of_ceiling  mw_vs_rereg_speedup / mw_ceiling (= raw_mw2_rebind_us / mw2_rebind_us): how much of
+//                          that gain coverbs keeps
 //   bind_overhead_ratio    mw2_bind_us / raw_mw2_bind_us (coverbs on a busy-polling completion queue)
 //   mw2_bind_handler_us    the same bind with a plain completion handler (no coroutine): the runtime's own
 //                          cost without Asio's awaitable machinery
@@ -19,7 +25,10 @@
 //   mw2_bind_event_us      mw2_bind_us on an event-driven completion queue (sleeps on the channel)
 //   loop_turn_us           one `co_await post(...)` round trip through the same io_context (the loop's own cost)
 //   handler_turn_us        one post(handler) round trip through the same io_context
-// Every iteration measures each figure once (raw verbs first), so that the machine's noise hits all alike.
+//   ratio_spread           for each ratio above: its value in each round (from that round's medians) and the
+//                          median, minimum and maximum of those; each ratio above is that median
+// Every iteration measures each figure once (raw verbs first), so that the machine's noise hits all alike; the
+// rounds (5 by default) alternate the order of the coroutine, handler and re-registration phases.
 #include <coverbs/coverbs.hpp>
 
 #include "cli.hpp"
@@ -34,9 +43,11 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -67,8 +78,26 @@ void run(asio::io_context& io, F&& coro) {
 
 /// Durations in cycle-counter ticks.
 struct samples {
-  std::vector<ticks> mw1, mw2, mw2_rebind, mw2_event, mw2_handler, raw_mw2, rereg, loop_turn, handler_turn;
+  std::vector<ticks> mw1, mw2, mw2_rebind, mw2_event, mw2_handler, raw_mw2, raw_mw2_rebind, rereg, loop_turn,
+      handler_turn;
 };
+
+/// The samples of one round added to `all`.
+void append(samples& all, const samples& r) {
+  const auto add = [](std::vector<ticks>& to, const std::vector<ticks>& from) {
+    to.insert(to.end(), from.begin(), from.end());
+  };
+  add(all.mw1, r.mw1);
+  add(all.mw2, r.mw2);
+  add(all.mw2_rebind, r.mw2_rebind);
+  add(all.mw2_event, r.mw2_event);
+  add(all.mw2_handler, r.mw2_handler);
+  add(all.raw_mw2, r.raw_mw2);
+  add(all.raw_mw2_rebind, r.raw_mw2_rebind);
+  add(all.rereg, r.rereg);
+  add(all.loop_turn, r.loop_turn);
+  add(all.handler_turn, r.handler_turn);
+}
 
 /// The windows and queue pairs of one run.
 struct setup {
@@ -79,15 +108,18 @@ struct setup {
   ibv_qp* raw_qp;
   ibv_cq* raw_cq;
   ibv_mw* raw_mw;
+  ibv_mw* raw_mw_rebind;  // bound before the first round; each iteration changes its rights
 };
 
 void raw_bind(const setup& u, samples& s);
+void raw_rebind(const setup& u, int i, samples& s);
 
 /// One iteration of every data-path figure, interleaved so that the machine's noise hits each alike.
 awaitable<void> round(const setup& u, int n, samples& s) {
   const auto time = [](std::vector<ticks>& into, ticks t) { into.push_back(since(t)); };
   for (int i = 0; i < n; ++i) {
     raw_bind(u, s);
+    raw_rebind(u, i, s);
 
     auto t = stamp_clock::now();
     co_await cv::bind_mw(u.qp, u.w2, u.mr, {0, 4096}, cv::access::remote_read);
@@ -123,17 +155,23 @@ void poll_one(ibv_cq* cq) {
     throw cv::system_error(got < 0 ? cv::errno_code(EIO) : cv::make_error_code(wc.status), "raw bind loop");
 }
 
-/// Raw verbs: a type-2 bind (timed) and its LOCAL_INV, busy-polling the queue pair's own completion queue.
-void raw_bind(const setup& u, samples& s) {
-  ibv_send_wr wr{}, *bad = nullptr;
+/// A type-2 bind of `mw` over the region's first 4 KiB with a fresh key, as one work request.
+ibv_send_wr bind_wr(const setup& u, ibv_mw* mw, unsigned rights) {
+  ibv_send_wr wr{};
   wr.opcode = IBV_WR_BIND_MW;
   wr.send_flags = IBV_SEND_SIGNALED;
-  wr.bind_mw.mw = u.raw_mw;
-  wr.bind_mw.rkey = ibv_inc_rkey(u.raw_mw->rkey);
+  wr.bind_mw.mw = mw;
+  wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
   wr.bind_mw.bind_info.mr = u.mr.native_handle();
   wr.bind_mw.bind_info.addr = reinterpret_cast<std::uintptr_t>(u.mr.data());
   wr.bind_mw.bind_info.length = 4096;
-  wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ;
+  wr.bind_mw.bind_info.mw_access_flags = rights;
+  return wr;
+}
+
+/// Raw verbs: a type-2 bind (timed) and its LOCAL_INV, busy-polling the queue pair's own completion queue.
+void raw_bind(const setup& u, samples& s) {
+  ibv_send_wr wr = bind_wr(u, u.raw_mw, IBV_ACCESS_REMOTE_READ), *bad = nullptr;
   const auto t = stamp_clock::now();
   if (int rc = ibv_post_send(u.raw_qp, &wr, &bad)) throw cv::system_error(cv::errno_code(rc), "ibv_post_send(BIND_MW)");
   poll_one(u.raw_cq);
@@ -146,6 +184,32 @@ void raw_bind(const setup& u, samples& s) {
   if (int rc = ibv_post_send(u.raw_qp, &inv, &bad))
     throw cv::system_error(cv::errno_code(rc), "ibv_post_send(LOCAL_INV)");
   poll_one(u.raw_cq);
+}
+
+/// Raw verbs: the rights change of a bound type-2 window as rebind_mw posts it — LOCAL_INV of the live key
+/// chained to a BIND_MW with a fresh one, both signaled, one ibv_post_send — timed until both completions are in.
+void raw_rebind(const setup& u, int i, samples& s) {
+  ibv_send_wr bind = bind_wr(u, u.raw_mw_rebind, i % 2 ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE);
+  ibv_send_wr inv{}, *bad = nullptr;
+  inv.opcode = IBV_WR_LOCAL_INV;
+  inv.send_flags = IBV_SEND_SIGNALED;
+  inv.invalidate_rkey = u.raw_mw_rebind->rkey;
+  inv.next = &bind;
+  const auto t = stamp_clock::now();
+  if (int rc = ibv_post_send(u.raw_qp, &inv, &bad))
+    throw cv::system_error(cv::errno_code(rc), "ibv_post_send(LOCAL_INV + BIND_MW)");
+  poll_one(u.raw_cq);
+  poll_one(u.raw_cq);
+  s.raw_mw2_rebind.push_back(since(t));
+  u.raw_mw_rebind->rkey = bind.bind_mw.rkey;
+}
+
+/// The first bind of the window raw_rebind rebinds (not timed).
+void raw_first_bind(const setup& u) {
+  ibv_send_wr wr = bind_wr(u, u.raw_mw_rebind, IBV_ACCESS_REMOTE_READ), *bad = nullptr;
+  if (int rc = ibv_post_send(u.raw_qp, &wr, &bad)) throw cv::system_error(cv::errno_code(rc), "ibv_post_send(BIND_MW)");
+  poll_one(u.raw_cq);
+  u.raw_mw_rebind->rkey = wr.bind_mw.rkey;
 }
 
 /// The type-2 bind with completion handlers instead of a coroutine (and a bare loop turn), `n` times.
@@ -197,23 +261,37 @@ void rereg_round(cv::protection_domain& pd, std::vector<std::byte>& buffer, bool
   ibv_dereg_mr(mr);
 }
 
+/// A ratio's value in each round, and the median, minimum and maximum of those.
+struct spread {
+  std::vector<double> rounds;
+  double median() const { return statistics::median(rounds); }
+  double min() const { return *std::min_element(rounds.begin(), rounds.end()); }
+  double max() const { return *std::max_element(rounds.begin(), rounds.end()); }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const char* prog = "bench_windows";
-  const char* usage = "[--device NAME] [--iters N] [--rereg-iters N] [--json]";
+  const char* usage = "[--device NAME] [--iters N] [--rereg-iters N] [--rounds R] [--json]";
   std::string name;
-  int iters = 2000, rereg_iters = 200;
+  int iters = 2000, rereg_iters = 200, rounds = 5;
   bool json = false;
   CLI::App app{"", prog};
   bench::describe(app, usage,
                   "Memory-window bind, rebind and invalidation against re-registration, coverbs against raw verbs in "
-                  "one run; see the source's header for each figure.");
+                  "one run; --iters and --rereg-iters are split over --rounds rounds (5). See the source's header "
+                  "for each figure.");
   app.add_option("--device", name);
   app.add_option("--iters", iters)->check(command_line::count(5, 1000000));
   app.add_option("--rereg-iters", rereg_iters)->check(command_line::count(5, 100000));
+  app.add_option("--rounds", rounds)->check(command_line::count(1, 99));
   app.add_flag("--json", json);
   bench::parse(app, argc, argv);
+  if (iters < rounds || rereg_iters < rounds)
+    bench::usage_error(app, "--iters (" + std::to_string(iters) + ") and --rereg-iters (" +
+                                std::to_string(rereg_iters) + ") are split over --rounds " + std::to_string(rounds) +
+                                ": each needs at least one per round");
   try {
     cv::device dev = cv::device::open(name);
     const cv::device_caps& caps = dev.caps();
@@ -234,60 +312,115 @@ int main(int argc, char** argv) {
         w2_rebind(pd, cv::window_type::type2), w2_event(pd, cv::window_type::type2);
     ibv_mw* raw_mw = ibv_alloc_mw(pd.native_handle(), IBV_MW_TYPE_2);
     if (!raw_mw) throw cv::system_error(cv::verbs_null_result(raw_mw), "ibv_alloc_mw");
+    ibv_mw* raw_mw_rebind = ibv_alloc_mw(pd.native_handle(), IBV_MW_TYPE_2);
+    if (!raw_mw_rebind) throw cv::system_error(cv::verbs_null_result(raw_mw_rebind), "ibv_alloc_mw");
 
-    samples s;
+    std::vector<samples> per_round(static_cast<std::size_t>(rounds));
     stamp_clock clock;
-    const setup u{a, e, mr, w1, w2, w2_rebind, w2_event, ra.native_handle(), cq_raw.native_handle(), raw_mw};
+    const setup u{
+        a, e, mr, w1, w2, w2_rebind, w2_event, ra.native_handle(), cq_raw.native_handle(), raw_mw, raw_mw_rebind};
     run(io, [&]() -> awaitable<void> { co_await cv::bind_mw(a, w2_rebind, mr, {0, 4096}, cv::access::remote_read); });
-    constexpr int rounds = 5;
+    raw_first_bind(u);
     progress::phases phase(prog, rounds + 1);
     for (int r = 0; r < rounds; ++r) {
       phase.next("round " + std::to_string(r + 1) + " of " + std::to_string(rounds) + ": " +
                  std::to_string(iters / rounds) + " binds of each kind, " + std::to_string(rereg_iters / rounds) +
                  " re-registrations");
-      run(io, [&] { return round(u, iters / rounds, s); });
-      handler_round(io, u, iters / rounds, s);
-      rereg_round(pd, rereg_bytes, caps.rereg_mr, rereg_iters / rounds, s);
+      samples& s = per_round[static_cast<std::size_t>(r)];
+      const auto coroutines = [&] { run(io, [&] { return round(u, iters / rounds, s); }); };
+      const auto handlers = [&] { handler_round(io, u, iters / rounds, s); };
+      const auto rereg = [&] { rereg_round(pd, rereg_bytes, caps.rereg_mr, rereg_iters / rounds, s); };
+      if (r % 2 == 0) {
+        coroutines();
+        handlers();
+        rereg();
+      } else {  // the other order, so that a drift of the machine within a round does not favour one side
+        rereg();
+        handlers();
+        coroutines();
+      }
     }
+    ibv_dealloc_mw(raw_mw_rebind);
     ibv_dealloc_mw(raw_mw);
     phase.next("done");
 
+    samples s;
+    for (const samples& r : per_round)
+      append(s, r);
     const auto median_us = [k = clock.us_per_tick()](const std::vector<ticks>& v) { return statistics::median(v) * k; };
     const double mw1 = median_us(s.mw1), mw2 = median_us(s.mw2), rebind = median_us(s.mw2_rebind),
-                 raw = median_us(s.raw_mw2), event = median_us(s.mw2_event), rereg = median_us(s.rereg),
-                 turn = median_us(s.loop_turn), handler = median_us(s.mw2_handler),
+                 raw = median_us(s.raw_mw2), raw_rebind = median_us(s.raw_mw2_rebind), event = median_us(s.mw2_event),
+                 rereg = median_us(s.rereg), turn = median_us(s.loop_turn), handler = median_us(s.mw2_handler),
                  handler_turn = median_us(s.handler_turn);
+    // Each ratio is the median of its per-round values, each from that round's own medians: the rounds follow
+    // each other closely, so the machine's drift between them mostly cancels out of a round's ratio (a ratio
+    // of medians pooled over all rounds can even fall outside the rounds' range). The spread stays beside it.
+    std::vector<std::pair<const char*, spread>> spreads{{"mw_vs_rereg_speedup", {}},
+                                                        {"mw_ceiling", {}},
+                                                        {"mw_speedup_of_ceiling", {}},
+                                                        {"bind_overhead_ratio", {}},
+                                                        {"bind_overhead_ratio_handler", {}}};
+    for (const samples& r : per_round) {
+      const double r_rereg = median_us(r.rereg), r_rebind = median_us(r.mw2_rebind),
+                   r_raw_rebind = median_us(r.raw_mw2_rebind), r_raw = median_us(r.raw_mw2);
+      spreads[0].second.rounds.push_back(r_rereg / r_rebind);
+      spreads[1].second.rounds.push_back(r_rereg / r_raw_rebind);
+      spreads[2].second.rounds.push_back(r_raw_rebind / r_rebind);
+      spreads[3].second.rounds.push_back(median_us(r.mw2) / r_raw);
+      spreads[4].second.rounds.push_back(median_us(r.mw2_handler) / r_raw);
+    }
+    const double speedup = spreads[0].second.median(), ceiling = spreads[1].second.median(),
+                 share = spreads[2].second.median(), overhead = spreads[3].second.median(),
+                 overhead_handler = spreads[4].second.median();
     const char* how = caps.rereg_mr ? "ibv_rereg_mr" : "ibv_dereg_mr+ibv_reg_mr";
     if (json) {
       const auto r2 = [](double x) { return json_output::rounded(x, 2); };
       const auto r3 = [](double x) { return json_output::rounded(x, 3); };
+      json_output::json::object spread_json;
+      for (const auto& [key, v] : spreads) {
+        json_output::json::array each;
+        for (double x : v.rounds)
+          each.push_back(r3(x));
+        spread_json[key] = {
+            {"median", r3(v.median())}, {"min", r3(v.min())}, {"max", r3(v.max())}, {"rounds", std::move(each)}};
+      }
       json_output::print(json_output::json::object{{"device", dev.name()},
                                                    {"iters", iters},
                                                    {"rereg_iters", rereg_iters},
+                                                   {"rounds", rounds},
                                                    {"rereg_method", how},
                                                    {"mw1_bind_us", r2(mw1)},
                                                    {"mw2_bind_us", r2(mw2)},
                                                    {"mw2_rebind_us", r2(rebind)},
                                                    {"rereg_or_reg_us", r2(rereg)},
-                                                   {"mw_vs_rereg_speedup", r2(rereg / rebind)},
+                                                   {"mw_vs_rereg_speedup", r2(speedup)},
                                                    {"raw_mw2_bind_us", r2(raw)},
-                                                   {"bind_overhead_ratio", r3(mw2 / raw)},
+                                                   {"raw_mw2_rebind_us", r2(raw_rebind)},
+                                                   {"mw_ceiling", r2(ceiling)},
+                                                   {"mw_speedup_of_ceiling", r3(share)},
+                                                   {"bind_overhead_ratio", r3(overhead)},
                                                    {"mw2_bind_handler_us", r2(handler)},
-                                                   {"bind_overhead_ratio_handler", r3(handler / raw)},
+                                                   {"bind_overhead_ratio_handler", r3(overhead_handler)},
                                                    {"mw2_bind_event_us", r2(event)},
                                                    {"loop_turn_us", r2(turn)},
-                                                   {"handler_turn_us", r2(handler_turn)}});
+                                                   {"handler_turn_us", r2(handler_turn)},
+                                                   {"ratio_method", "median of the per-round ratios"},
+                                                   {"ratio_spread", std::move(spread_json)}});
     } else {
-      std::printf("device %s, %d binds per figure, %d re-registrations (%s)\n", dev.name().c_str(), iters,
-                  rereg_iters, how);
+      std::printf("device %s, %d binds per figure, %d re-registrations (%s), %d rounds\n", dev.name().c_str(), iters,
+                  rereg_iters, how, rounds);
       std::printf("  mw1_bind_us                  %10.2f\n  mw2_bind_us                  %10.2f\n"
                   "  mw2_rebind_us                %10.2f\n  rereg_or_reg_us              %10.2f\n"
                   "  mw_vs_rereg_speedup          %10.2f\n  raw_mw2_bind_us              %10.2f\n"
+                  "  raw_mw2_rebind_us            %10.2f\n  mw_ceiling                   %10.2f\n"
+                  "  mw_speedup_of_ceiling        %10.3f\n"
                   "  bind_overhead_ratio          %10.3f\n  mw2_bind_handler_us          %10.2f\n"
                   "  bind_overhead_ratio_handler  %10.3f\n  mw2_bind_event_us            %10.2f\n"
                   "  loop_turn_us                 %10.2f\n  handler_turn_us              %10.2f\n",
-                  mw1, mw2, rebind, rereg, rereg / rebind, raw, mw2 / raw, handler, handler / raw, event, turn,
-                  handler_turn);
+                  mw1, mw2, rebind, rereg, speedup, raw, raw_rebind, ceiling, share, overhead, handler,
+                  overhead_handler, event, turn, handler_turn);
+      for (const auto& [key, v] : spreads)
+        std::printf("  %-28s per round: median %.3f, min %.3f, max %.3f\n", key, v.median(), v.min(), v.max());
     }
   } catch (const cv::system_error& e) {
     std::fprintf(stderr, "bench_windows: %s\n", e.what());
