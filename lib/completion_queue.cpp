@@ -5,18 +5,22 @@
 #include "qp_impl.hpp"
 #include "srq_impl.hpp"
 
+#include <boost/asio/defer.hpp>
 #include <boost/asio/post.hpp>
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <exception>
+#include <utility>
 
 namespace coverbs {
 namespace detail {
 
 cq_impl::cq_impl(const boost::asio::any_io_executor& ex, ibv_context* context, const completion_queue_options& options)
-    : executor_(ex), channel_fd_(std::in_place, ex), options_(options) {
+    : executor_(ex), channel_fd_(std::in_place, ex), options_(options),
+      typed_executor_(executor_.target<boost::asio::io_context::executor_type>()) {
   if (options.depth < 1)
     throw system_error(errno_code(EINVAL),
                        "completion_queue: depth must be at least 1 (got " + std::to_string(options.depth) + ")");
@@ -88,6 +92,32 @@ void cq_impl::ack_events(bool all) noexcept {
   }
 }
 
+template <class Step>
+void cq_impl::post_step(Step&& step) {
+  if (typed_executor_)
+    boost::asio::post(*typed_executor_, std::forward<Step>(step));
+  else
+    boost::asio::post(executor_, std::forward<Step>(step));
+}
+
+template <class Step>
+void cq_impl::defer_step(Step&& step) {
+  if (typed_executor_)
+    boost::asio::defer(*typed_executor_, std::forward<Step>(step));
+  else
+    boost::asio::defer(executor_, std::forward<Step>(step));
+}
+
+void cq_impl::arm() noexcept {
+  if (armed_) return;
+  if (const int rc = ibv_req_notify_cq(cq_, 0); rc != 0) {
+    std::fprintf(stderr, "coverbs: ibv_req_notify_cq failed (%s)\n", verbs_status_result(rc).message().c_str());
+    return;
+  }
+  armed_ = true;
+  ++stats_.arms;
+}
+
 void cq_impl::start_waiting() {
   // Called from an initiating function: never poll here (that could run a handler inside it). The next
   // turn of the loop arms the queue and polls it, or starts spinning.
@@ -96,16 +126,14 @@ void cq_impl::start_waiting() {
   if (options_.spin.count() > 0 && options_.spin != completion_queue_options::spin_forever)
     spin_deadline_ = std::chrono::steady_clock::now() + options_.spin;
   if (options_.spin.count() > 0)
-    boost::asio::post(executor_, [self = shared_from_this()] { self->spin_step(); });
+    post_step([self = shared_from_this()] { self->spin_step(); });
   else
-    boost::asio::post(executor_, [self = shared_from_this()] { self->arm_and_wait(); });
+    post_step([self = shared_from_this()] { self->arm_and_wait(); });
 }
 
 void cq_impl::arm_and_wait() {
   if (closed_ || !channel_fd_) return;
-  if (const int rc = ibv_req_notify_cq(cq_, 0); rc != 0)
-    std::fprintf(stderr, "coverbs: ibv_req_notify_cq failed (%s)\n", verbs_status_result(rc).message().c_str());
-  ++stats_.arms;
+  arm();
   // A completion that arrived before the arming raises no event: poll again now.
   auto keep = shared_from_this();
   if (!drain_and_continue() || !channel_fd_) return;
@@ -115,27 +143,33 @@ void cq_impl::arm_and_wait() {
 
 bool cq_impl::drain_and_continue() {
   drain_turn();
-  if (closed_) return false;
+  if (closed_) return rethrow_pending(), false;
   if (outstanding_ == 0) waiting_ = false;
-  if (!waiting_) return false;
+  if (!waiting_) return rethrow_pending(), false;
   if (turn_full_) {
     yield_turn();
-    return false;
+    return rethrow_pending(), false;
   }
-  return true;
+  return true;  // no exception pending: it would have ended the turn as full
+}
+
+void cq_impl::rethrow_pending() {
+  if (!handler_exception_) return;
+  std::exception_ptr e = std::exchange(handler_exception_, nullptr);
+  std::rethrow_exception(e);
 }
 
 void cq_impl::yield_turn() {
   ++stats_.yields;
   if (options_.spin.count() > 0)
-    boost::asio::post(executor_, [self = shared_from_this()] { self->spin_step(); });
+    defer_step([self = shared_from_this()] { self->spin_step(); });
   else
-    boost::asio::post(executor_, [self = shared_from_this()] { self->continue_turn(); });
+    defer_step([self = shared_from_this()] { self->continue_turn(); });
 }
 
 void cq_impl::continue_turn() {
-  // The queue is still armed from before the turn that yielded; arming again is harmless, and it polls
-  // after arming, so nothing that landed meanwhile is missed.
+  // The queue is armed from before the turn that yielded, or its event waits in the channel (`arm`);
+  // it polls after that, so nothing that landed meanwhile is missed.
   if (closed_) return;
   arm_and_wait();
 }
@@ -153,13 +187,14 @@ void cq_impl::on_readable(const error_code& ec) {
     ++stats_.events;
     any = true;
   }
+  if (any) armed_ = false;  // an event disarms the queue
   if (!any) ++stats_.spurious_wakeups;
   ack_events(false);
   auto keep = shared_from_this();
   if (options_.spin.count() > 0) spin_deadline_ = std::chrono::steady_clock::now() + options_.spin;
   if (!drain_and_continue()) return;
   if (options_.spin.count() > 0)
-    boost::asio::post(executor_, [self = std::move(keep)] { self->spin_step(); });
+    defer_step([self = std::move(keep)] { self->spin_step(); });
   else
     arm_and_wait();
 }
@@ -168,10 +203,10 @@ void cq_impl::spin_step() {
   if (closed_) return;
   auto keep = shared_from_this();
   const std::size_t n = drain_turn();
-  if (closed_) return;
+  if (closed_) return rethrow_pending();
   if (outstanding_ == 0) {
     waiting_ = false;
-    return;
+    return rethrow_pending();
   }
   if (options_.spin != completion_queue_options::spin_forever) {
     const auto now = std::chrono::steady_clock::now();
@@ -183,7 +218,8 @@ void cq_impl::spin_step() {
   }
   // Every step is a handler of its own: the rest of the loop runs between two steps.
   if (turn_full_) ++stats_.yields;
-  boost::asio::post(executor_, [self = std::move(keep)] { self->spin_step(); });
+  defer_step([self = std::move(keep)] { self->spin_step(); });
+  rethrow_pending();
 }
 
 bool cq_impl::pop(ibv_wc& wc) {
@@ -220,8 +256,17 @@ std::size_t cq_impl::drain(bool may_dispatch, std::size_t limit) {
   ibv_wc wc;
   turn_full_ = false;
   while (n < limit && !closed_ && pop(wc)) {
-    handle(wc, may_dispatch);
     ++n;
+    try {
+      handle(wc, may_dispatch);
+    } catch (...) {
+      // A handler run in place threw (only when `may_dispatch`). As Asio does for a handler dispatched in
+      // place: finish the turn — the queue's state is whole, the rest is left for the continuation, as
+      // after a full turn — and rethrow it from the turn's end, out of io_context::run().
+      handler_exception_ = std::current_exception();
+      turn_full_ = true;
+      return n;
+    }
   }
   turn_full_ = n == limit;
   return n;
@@ -253,6 +298,11 @@ std::size_t completion_queue::outstanding() const noexcept { return impl_ ? impl
 completion_queue_stats completion_queue::stats() const noexcept {
   return impl_ ? impl_->stats_ : completion_queue_stats{};
 }
-std::size_t completion_queue::poll() { return impl_ ? impl_->drain_turn() : 0; }
+std::size_t completion_queue::poll() {
+  if (!impl_) return 0;
+  const std::size_t n = impl_->drain_turn();
+  impl_->rethrow_pending();
+  return n;
+}
 
 }  // namespace coverbs

@@ -6,12 +6,14 @@
 
 #include "io_owner.hpp"
 
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 
 #include <infiniband/verbs.h>
 
 #include <array>
 #include <chrono>
+#include <exception>
 #include <memory>
 #include <optional>
 
@@ -47,9 +49,11 @@ public:
   void unreserve(std::size_t entries) noexcept { reserved_ -= entries; }
 
   void close() noexcept;
+  /// Rethrows the exception a handler run in place threw during the last drain (then cleared), if any.
+  void rethrow_pending();
   void on_context_shutdown() noexcept override { release_channel_fd(); }
 
-  boost::asio::any_io_executor executor_;
+  const boost::asio::any_io_executor executor_;
   ibv_comp_channel* channel_ = nullptr;
   ibv_cq* cq_ = nullptr;
   int depth_ = 0;
@@ -72,6 +76,17 @@ private:
   bool pop(ibv_wc& wc);
   void handle(const ibv_wc& wc, bool may_dispatch);
   void ack_events(bool all) noexcept;
+  /// Arms the queue (ibv_req_notify_cq) unless it is still armed: armed and no event taken since, so the
+  /// next completion raises an event — or has raised one that waits in the channel, which the readiness
+  /// wait then finds at once.
+  void arm() noexcept;
+  /// Queues `step` on the executor: `post` (from an initiating function) or `defer` (the continuation of
+  /// the running turn: on an io_context it goes to the thread's private queue, without the scheduler's
+  /// lock and wake-up), through the io_context's own executor type when the executor is one.
+  template <class Step>
+  void post_step(Step&& step);
+  template <class Step>
+  void defer_step(Step&& step);
   /// Stops waiting on the channel and destroys the descriptor object (the channel keeps the fd).
   void release_channel_fd() noexcept;
 
@@ -80,6 +95,10 @@ private:
   bool waiting_ = false;  // a readiness wait or a spin step is pending
   bool closed_ = false;
   bool turn_full_ = false;  // the last drain stopped at its limit: the queue may hold more
+  bool armed_ = false;
+  std::exception_ptr handler_exception_;  // thrown by a handler run in place, rethrown at the turn's end      // ibv_req_notify_cq succeeded and no channel event was taken since
+  // executor_'s target when it is an io_context's executor (the usual case), else null.
+  const boost::asio::io_context::executor_type* typed_executor_ = nullptr;
   unsigned unacked_ = 0;
   std::chrono::steady_clock::time_point spin_deadline_{};
   std::array<ibv_wc, 32> batch_{};

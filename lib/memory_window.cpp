@@ -274,6 +274,7 @@ error_code prepare_bind(queue_pair_impl* q, wr_node& n, window_impl* w, ibv_mr* 
   const bool chain = w->type != window_type::type1 && w->state == window_state::bound;
   const auto wr_id = reinterpret_cast<std::uintptr_t>(&n);
   ibv_send_wr& bind = chain ? n.chain[0] : n.wr.send;
+  if (chain) bind = ibv_send_wr{};  // wr_node leaves chain[0] uninitialized
   bind.wr_id = wr_id;
   bind.opcode = IBV_WR_BIND_MW;
   bind.send_flags = IBV_SEND_SIGNALED;

@@ -97,6 +97,8 @@ void qp_on_completion(queue_pair_impl* qp, wr_node* node, const ibv_wc& wc, bool
 
 void qp_start(queue_pair_impl* qp, wr_node* node, error_code ec) { qp->start(node, ec); }
 
+const boost::asio::any_io_executor& qp_executor(const queue_pair_impl* qp) noexcept { return qp->send_cq_->executor_; }
+
 // --- preparing work requests (validation happens here, before anything is posted) ---
 
 namespace {

@@ -37,6 +37,9 @@ error_code prepare_srq_recv(shared_receive_queue_impl*, wr_node& n, const regist
 }
 
 void srq_start(shared_receive_queue_impl* srq, wr_node* node, error_code ec) { srq->start(node, ec); }
+const boost::asio::any_io_executor& srq_executor(const shared_receive_queue_impl* srq) noexcept {
+  return srq->cq_->executor_;
+}
 void srq_start_wait_limit(shared_receive_queue_impl* srq, wr_node* node) { srq->start_wait_limit(node); }
 void srq_on_completion(shared_receive_queue_impl* srq, wr_node* node, const ibv_wc& wc, bool may_dispatch) {
   srq->on_completion(node, wc, may_dispatch);

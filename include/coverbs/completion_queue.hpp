@@ -18,7 +18,7 @@
 /// The queue shares its executor with timers, sockets and every other handler, so it never keeps the loop
 /// to itself. One *dispatch turn* (one handler of the queue's own, run by the executor) takes at most
 /// `completion_queue_options::max_completions_per_turn` completions from the queue and completes their
-/// operations; when it stopped at that bound it posts its continuation to the executor and returns, so
+/// operations; when it stopped at that bound it queues its continuation on the executor (`defer`) and returns, so
 /// every handler that was ready before (a timer's expiry, a lease's time-to-live, a socket read,
 /// `io_context::stop()`) runs before the next batch. In every mode — event-driven, adaptive, busy-polling —
 /// at most `max_completions_per_turn` completions of one queue run between two chances of the rest of the

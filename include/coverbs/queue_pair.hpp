@@ -84,6 +84,8 @@ struct queue_pair_options {
 namespace detail {
 class queue_pair_impl;
 void qp_start(queue_pair_impl* qp, wr_node* node, error_code ec);
+/// The queue pair's executor (its send completion queue's), by reference: it outlives the queue pair.
+const boost::asio::any_io_executor& qp_executor(const queue_pair_impl* qp) noexcept;
 error_code prepare_send(queue_pair_impl* qp, wr_node& n, const registered_span& buf, ibv_wr_opcode op,
                         std::uint32_t imm_or_rkey);
 error_code prepare_recv(queue_pair_impl* qp, wr_node& n, const registered_span& buf);
@@ -283,8 +285,7 @@ private:
     template <class Handler, class Prepare>
     void operator()(Handler&& handler, Prepare prepare) const {
       using op = detail::wr_op<Kind, std::decay_t<Handler>, executor_type>;
-      std::decay_t<Handler> owned(std::forward<Handler>(handler));  // lvalue callbacks are copied
-      op* node = op::create(std::move(owned), self->get_executor());
+      op* node = op::create(std::forward<Handler>(handler), detail::qp_executor(self->impl_.get()));
       node->qp = self->impl_.get();
       const error_code ec = prepare(node->qp, *node);
       if (!ec) node->install_cancellation();

@@ -89,14 +89,15 @@ namespace detail {
 class shared_receive_queue_impl;
 error_code prepare_srq_recv(shared_receive_queue_impl* srq, wr_node& n, const registered_span& buf);
 void srq_start(shared_receive_queue_impl* srq, wr_node* node, error_code ec);
+/// The shared receive queue's executor (its completion queue's), by reference: it outlives the SRQ.
+const boost::asio::any_io_executor& srq_executor(const shared_receive_queue_impl* srq) noexcept;
 void srq_start_wait_limit(shared_receive_queue_impl* srq, wr_node* node);
 srq_received result_srq_received(const ibv_wc* wc) noexcept;
 
 template <>
 struct result_for<result_kind::srq_receive> {
-  template <class H>
-  static auto bind(H&& h, error_code ec, const wr_node&, const ibv_wc* wc) {
-    return boost::asio::append(std::forward<H>(h), ec, ec ? srq_received{} : result_srq_received(wc));
+  static auto args(error_code ec, const wr_node&, const ibv_wc* wc) {
+    return std::tuple(ec, ec ? srq_received{} : result_srq_received(wc));
   }
 };
 }  // namespace detail
@@ -167,8 +168,7 @@ private:
     template <class Handler>
     void operator()(Handler&& handler, registered_span buf) const {
       using op = detail::wr_op<detail::result_kind::srq_receive, std::decay_t<Handler>, executor_type>;
-      std::decay_t<Handler> owned(std::forward<Handler>(handler));  // lvalue callbacks are copied
-      op* node = op::create(std::move(owned), self->get_executor());
+      op* node = op::create(std::forward<Handler>(handler), detail::srq_executor(self->impl_.get()));
       node->srq = self->impl_.get();
       const error_code ec = detail::prepare_srq_recv(node->srq, *node, buf);
       if (!ec) node->install_cancellation();
@@ -181,8 +181,7 @@ private:
     template <class Handler>
     void operator()(Handler&& handler) const {
       using op = detail::wr_op<detail::result_kind::none, std::decay_t<Handler>, executor_type>;
-      std::decay_t<Handler> owned(std::forward<Handler>(handler));
-      op* node = op::create(std::move(owned), self->get_executor());
+      op* node = op::create(std::forward<Handler>(handler), detail::srq_executor(self->impl_.get()));
       node->srq = self->impl_.get();
       node->install_cancellation();
       detail::srq_start_wait_limit(node->srq, node);

@@ -5,15 +5,19 @@
 #include "../support/soft_pair.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <functional>
+#include <stdexcept>
 #include <tuple>
 
 namespace cv = coverbs;
@@ -181,4 +185,92 @@ TEST_CASE("destroying a queue pair with receives posted flushes them to their ha
   run_all(io);
   CHECK(ec1 == cv::wc_errc::wr_flush_err);
   CHECK(ec2 == cv::wc_errc::wr_flush_err);
+}
+
+TEST_CASE("a stream of completions keeps the queue armed once, however many turns it takes", "[soft]") {
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 16, 64);
+  constexpr int n = 64;
+  int started = 0, done = 0;
+  std::function<void()> start = [&] {
+    ++started;
+    rig.a.async_write(rig.local_span(8), rig.remote_key(8), [&](cv::error_code ec, std::size_t) {
+      CHECK(ec == cv::error_code{});
+      ++done;
+      if (started < n) start();  // the next completion lands in the same turn
+    });
+  };
+  start();
+  run_all(io);
+  CHECK(done == n);
+  const auto stats = rig.cq.stats();
+  // Fair dispatch: the stream took many turns (max_completions_per_turn = 4)...
+  CHECK(stats.yields >= n / 4 - 1);
+  // ...but the queue was armed once: a turn that follows a full one polls without arming again (the
+  // arming still holds, or its event waits in the channel).
+  CHECK(stats.arms == 1);
+  // A later operation still completes: the event left in the channel is taken, the queue armed again.
+  cv::error_code later = cv::wc_errc::general_err;
+  rig.a.async_write(rig.local_span(8), rig.remote_key(8), [&](cv::error_code ec, std::size_t) { later = ec; });
+  run_all(io);
+  CHECK(later == cv::error_code{});
+}
+
+TEST_CASE("a handler that throws inside a dispatch turn: run() rethrows it and the queue completes the rest",
+          "[soft]") {
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 16, 64);
+  constexpr int n = 10;
+  int done = 0;
+  for (int i = 0; i < n; ++i)
+    rig.a.async_write(rig.local_span(8), rig.remote_key(8), [&, i](cv::error_code ec, std::size_t) {
+      CHECK(ec == cv::error_code{});
+      ++done;
+      if (i == 1) throw std::runtime_error("from a handler");
+    });
+  io.restart();
+  CHECK_THROWS_WITH(io.run(), "from a handler");
+  run_all(io);  // the queue's turn was finished and continued: nothing is left behind
+  CHECK(done == n);
+  CHECK(rig.a.sends_outstanding() == 0);
+  CHECK(rig.cq.outstanding() == 0);
+}
+
+TEST_CASE("a handler bound to another executor keeps that executor busy until it runs there", "[soft]") {
+  asio::io_context io, other;
+  soft_verbs::soft_pair rig(io, 16, 64);
+  bool ran = false;
+  rig.a.async_write(rig.local_span(8), rig.remote_key(8),
+                    asio::bind_executor(other.get_executor(), [&](cv::error_code ec, std::size_t) {
+                      CHECK(ec == cv::error_code{});
+                      CHECK(other.get_executor().running_in_this_thread());
+                      CHECK_FALSE(io.get_executor().running_in_this_thread());
+                      ran = true;
+                    }));
+  other.poll();  // nothing to run yet, but the operation's work keeps `other` from stopping
+  CHECK_FALSE(other.stopped());
+  run_all(io);  // the completion is found and posted to `other`
+  CHECK_FALSE(ran);
+  other.run();
+  CHECK(ran);
+  CHECK(other.stopped());
+}
+
+TEST_CASE("a coroutine on a strand resumes on its strand", "[soft]") {
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 16, 64);
+  auto strand = asio::make_strand(io);
+  int finished = 0;
+  asio::co_spawn(
+      strand,
+      [&]() -> asio::awaitable<void> {
+        for (int i = 0; i < 8; ++i) {
+          (void)co_await rig.a.async_write(rig.local_span(8), rig.remote_key(8), asio::use_awaitable);
+          CHECK(strand.running_in_this_thread());
+        }
+        ++finished;
+      },
+      asio::detached);
+  run_all(io);
+  CHECK(finished == 1);
 }

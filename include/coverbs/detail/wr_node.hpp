@@ -3,8 +3,10 @@
 // owns a completion handler. Not part of the public API.
 
 #include <coverbs/buffer.hpp>
+#include <coverbs/detail/handler_executor.hpp>
 #include <coverbs/error.hpp>
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/append.hpp>
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
@@ -12,6 +14,7 @@
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
 #include <boost/asio/recycling_allocator.hpp>
@@ -22,6 +25,8 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 
 namespace coverbs {
@@ -77,7 +82,9 @@ struct wr_node {
     ibv_send_wr send;
     ibv_recv_wr recv;
   } wr{};
-  ibv_send_wr chain[1]{};  // a second work request, for chains of two (invalidate + bind)
+  static_assert(sizeof(ibv_send_wr) >= sizeof(ibv_recv_wr));
+  ibv_send_wr chain[1];  // a second work request, for chains of two (invalidate + bind): left uninitialized
+                        // here (it is large and rarely used); whoever chains it fills it whole
   ibv_sge sge{};
   std::uint64_t* atomic_result = nullptr;  // local 8-byte buffer of fetch_add / compare_swap
   remote_key key{};                        // result of result_kind::key
@@ -89,7 +96,7 @@ struct wr_node {
   void (*on_complete)(wr_node* self, error_code& ec) = nullptr;
   void* context = nullptr;  // for post / on_complete
 
-  wr_node() noexcept { wr.send = ibv_send_wr{}; }
+  wr_node() noexcept {}  // `wr` is zeroed by its initializer (its first member is the larger)
 };
 
 /// The completion arguments of `kind` from a work completion (`wc` may be null: cancelled or failed to post).
@@ -100,42 +107,37 @@ std::uint64_t result_atomic(const wr_node& n) noexcept;
 /// Cancellation: called from the handler's cancellation slot.
 void cancel_node(wr_node* node, boost::asio::cancellation_type type) noexcept;
 
-/// How each kind of operation binds its completion arguments to the handler.
+/// The completion arguments of each kind of operation, as a tuple.
 template <result_kind Kind>
 struct result_for;
 template <>
 struct result_for<result_kind::length> {
-  template <class H>
-  static auto bind(H&& h, error_code ec, const wr_node& n, const ibv_wc*) {
-    return boost::asio::append(std::forward<H>(h), ec, ec ? std::size_t{0} : result_length(n));
+  static auto args(error_code ec, const wr_node& n, const ibv_wc*) {
+    return std::tuple(ec, ec ? std::size_t{0} : result_length(n));
   }
 };
 template <>
 struct result_for<result_kind::receive> {
-  template <class H>
-  static auto bind(H&& h, error_code ec, const wr_node&, const ibv_wc* wc) {
-    return boost::asio::append(std::forward<H>(h), ec, ec ? received{} : result_received(wc));
+  static auto args(error_code ec, const wr_node&, const ibv_wc* wc) {
+    return std::tuple(ec, ec ? received{} : result_received(wc));
   }
 };
 template <>
 struct result_for<result_kind::atomic> {
-  template <class H>
-  static auto bind(H&& h, error_code ec, const wr_node& n, const ibv_wc*) {
-    return boost::asio::append(std::forward<H>(h), ec, ec ? std::uint64_t{0} : result_atomic(n));
+  static auto args(error_code ec, const wr_node& n, const ibv_wc*) {
+    return std::tuple(ec, ec ? std::uint64_t{0} : result_atomic(n));
   }
 };
 template <>
 struct result_for<result_kind::key> {
-  template <class H>
-  static auto bind(H&& h, error_code ec, const wr_node& n, const ibv_wc*) {
-    return boost::asio::append(std::forward<H>(h), ec, ec ? remote_key{} : n.key);
+  static auto args(error_code ec, const wr_node& n, const ibv_wc*) {
+    return std::tuple(ec, ec ? remote_key{} : n.key);
   }
 };
 template <>
 struct result_for<result_kind::none> {
-  template <class H>
-  static auto bind(H&& h, error_code ec, const wr_node&, const ibv_wc*) {
-    return boost::asio::append(std::forward<H>(h), ec);
+  static auto args(error_code ec, const wr_node&, const ibv_wc*) {
+    return std::tuple(ec);
   }
 };
 
@@ -145,8 +147,44 @@ struct node_cancellation {
   void operator()(boost::asio::cancellation_type type) const noexcept { cancel_node(node, type); }
 };
 
-/// An operation owning its handler, allocated with the handler's associated allocator. The handler's
-/// associated executor is kept busy (outstanding_work.tracked) until the handler runs there.
+/// The handler with its completion arguments, as a completion handler for `dispatch` / `post`.
+template <class Handler, class Args>
+auto bind_args(Handler&& handler, Args&& args) {
+  return std::apply(
+      [&](auto&&... a) { return boost::asio::append(std::forward<Handler>(handler), std::forward<decltype(a)>(a)...); },
+      std::forward<Args>(args));
+}
+
+/// Completes `handler` with `args` on `ex`, the I/O object's executor, which is the handler's associated
+/// executor (or the handler has none): run in place (dispatch) when `may_dispatch`, else posted.
+///
+/// When `ex` is an io_context's executor and the loop is running it on this thread — a completion queue's
+/// dispatch turn, never an initiating function (`may_dispatch` is false there) — the handler is invoked
+/// directly, as Asio's own I/O operations invoke theirs when their executor is the io_context's (the
+/// operation is already running as a handler of that executor): no type-erased `executor_function`, no
+/// work-tracking copies, no fence. An exception it throws leaves through the completion queue, which
+/// finishes its turn and rethrows it (cq_impl::drain).
+template <class Executor, class Handler, class Args>
+void complete_on(const Executor& ex, Handler&& handler, Args&& args, bool may_dispatch) {
+  if (!may_dispatch)
+    return (void)boost::asio::post(ex, bind_args(std::forward<Handler>(handler), std::forward<Args>(args)));
+  if constexpr (std::is_same_v<Executor, boost::asio::any_io_executor>) {
+    if (const auto* typed = ex.template target<boost::asio::io_context::executor_type>();
+        typed && typed->running_in_this_thread())
+      return (void)std::apply(std::forward<Handler>(handler), std::forward<Args>(args));
+  }
+  boost::asio::dispatch(ex, bind_args(std::forward<Handler>(handler), std::forward<Args>(args)));
+}
+
+/// An operation owning its handler, allocated with the handler's associated allocator. Outstanding work:
+/// as in Asio's own I/O operations, the I/O object's executor needs none per operation — the completion
+/// queue's readiness wait or posted step keeps it busy while any work request is outstanding — so a
+/// handler whose associated executor is the I/O executor (the default: plain callbacks; a coroutine on
+/// the queue's executor) costs no tracked-work executor copy. A handler with an executor of its own (a
+/// strand, another loop, `use_future`'s) keeps that one busy (outstanding_work.tracked) until it runs.
+///
+/// `io_ex` is the I/O object's executor; it outlives the operation (a completion queue outlives its queue
+/// pairs and shared receive queues, whose destructors complete every operation).
 template <result_kind Kind, class Handler, class IoExecutor>
 class wr_op final : public wr_node {
 public:
@@ -156,11 +194,13 @@ public:
   using allocator_type = typename std::allocator_traits<boost::asio::associated_allocator_t<
       Handler, boost::asio::recycling_allocator<void>>>::template rebind_alloc<wr_op>;
 
-  static wr_op* create(Handler&& handler, const IoExecutor& io_ex) {
+  /// `handler`: the handler, moved from an rvalue, copied from an lvalue (a callback passed by name).
+  template <class H>
+  static wr_op* create(H&& handler, const IoExecutor& io_ex) {
     allocator_type alloc(boost::asio::get_associated_allocator(handler, boost::asio::recycling_allocator<void>()));
     wr_op* p = std::allocator_traits<allocator_type>::allocate(alloc, 1);
     try {
-      return ::new (static_cast<void*>(p)) wr_op(std::move(handler), io_ex);
+      return ::new (static_cast<void*>(p)) wr_op(std::forward<H>(handler), io_ex);
     } catch (...) {
       std::allocator_traits<allocator_type>::deallocate(alloc, p, 1);
       throw;
@@ -185,11 +225,17 @@ private:
     std::allocator_traits<allocator_type>::deallocate(alloc, this, 1);
   }
 
-  wr_op(Handler&& h, const IoExecutor& io_ex)
-      : handler_(std::move(h)), work_(boost::asio::prefer(boost::asio::get_associated_executor(handler_, io_ex),
-                                                          boost::asio::execution::outstanding_work.tracked)) {
+  template <class H>
+  wr_op(H&& h, const IoExecutor& io_ex) : handler_(std::forward<H>(h)), io_ex_(&io_ex) {
     this->complete = &do_complete;
     this->kind = Kind;
+    if constexpr (has_associated_executor_v<Handler>) {
+      decltype(auto) ex = boost::asio::get_associated_executor(handler_, io_ex);
+      if constexpr (std::is_same_v<handler_executor, IoExecutor>) {
+        if (ex == io_ex) return;  // the I/O executor: no work of its own (above)
+      }
+      work_.emplace(boost::asio::prefer(ex, boost::asio::execution::outstanding_work.tracked));
+    }
   }
 
   static void do_complete(wr_node* base, error_code ec, const ibv_wc* wc, bool may_dispatch) {
@@ -199,17 +245,29 @@ private:
     // Take what the handler needs, free the node, then run the handler: its memory can be reused by
     // the next operation the handler starts (the recycling allocator makes the steady state allocation-free).
     allocator_type alloc = self->allocator();
-    auto bound = result_for<Kind>::bind(std::move(self->handler_), ec, *self, wc);
-    work_executor work(std::move(self->work_));
+    auto args = result_for<Kind>::args(ec, *self, wc);
+    Handler handler(std::move(self->handler_));
+    const IoExecutor& io_ex = *self->io_ex_;
+    if constexpr (has_associated_executor_v<Handler>) {
+      if (self->work_) {
+        work_executor work(std::move(*self->work_));
+        self->destroy(alloc);
+        if (may_dispatch)
+          boost::asio::dispatch(work, bind_args(std::move(handler), std::move(args)));
+        else
+          boost::asio::post(work, bind_args(std::move(handler), std::move(args)));
+        return;
+      }
+    }
     self->destroy(alloc);
-    if (may_dispatch)
-      boost::asio::dispatch(work, std::move(bound));
-    else
-      boost::asio::post(work, std::move(bound));
+    complete_on(io_ex, std::move(handler), std::move(args), may_dispatch);
   }
 
+  struct no_work {};
   Handler handler_;
-  work_executor work_;
+  const IoExecutor* io_ex_;
+  [[no_unique_address]] std::conditional_t<has_associated_executor_v<Handler>, std::optional<work_executor>, no_work>
+      work_;
 };
 
 }  // namespace detail
