@@ -104,6 +104,13 @@ struct numeric_option {
   bool bytes = false;  ///< a size: K, M and G (binary) suffixes allowed
 };
 
+/// A `--name` flag (no value), given with the roles in `roles`.
+struct flag_option {
+  std::string_view name;
+  bool* value;
+  unsigned roles = in_any_role;
+};
+
 /// Prints why the command line is bad and where to look. @returns 2, the exit status for a bad command line.
 inline int bad_command_line(const std::string& prog, const std::string& why) { return ::command_line::bad(prog, why); }
 
@@ -167,12 +174,13 @@ inline std::optional<std::string> check_role(std::string_view name, unsigned rol
   return std::string(name) + " goes with " + detail::roles_text(roles) + ", not with " + role_option(mode);
 }
 
-/// Parses `--help`, the role (`--self-test [--address ADDR]`, `--listen ADDR PORT`, `--connect ADDR PORT`)
-/// and `options` with CLI11; an option given with a role it does not belong to is bad input. Prints `usage` for
-/// --help, or the reason for bad input.
+/// Parses `--help`, the role (`--self-test [--address ADDR]`, `--listen ADDR PORT`, `--connect ADDR PORT`),
+/// `options` and `flags` with CLI11; an option or flag given with a role it does not belong to is bad input.
+/// Prints `usage` for --help, or the reason for bad input.
 /// @returns the exit status to leave with now (0 after --help, 2 for bad input), or nothing to go on.
 inline std::optional<int> parse_command_line(int argc, char** argv, std::string_view usage, command_line& out,
-                                             std::initializer_list<numeric_option> options) {
+                                             std::initializer_list<numeric_option> options,
+                                             std::initializer_list<flag_option> flags = {}) {
   const std::string prog = argc > 0 ? argv[0] : "example";
   auto bad = [&](const std::string& why) { return std::optional<int>(bad_command_line(prog, why)); };
   CLI::App app{"", prog};
@@ -188,6 +196,10 @@ inline std::optional<int> parse_command_line(int argc, char** argv, std::string_
   for (const numeric_option& o : options) {
     add_numeric(app, o);
     roles.emplace_back(o.name, o.roles);
+  }
+  for (const flag_option& f : flags) {
+    app.add_flag(std::string(f.name), *f.value);
+    roles.emplace_back(f.name, f.roles);
   }
   if (const std::optional<int> status = ::command_line::parse(app, argc, argv)) return status;
   if (self_test + !listen.empty() + !connect.empty() != 1)
@@ -211,15 +223,22 @@ inline std::optional<int> parse_command_line(int argc, char** argv, std::string_
 /// An exception escaping it is printed as `name: what`. @returns the exit status.
 template <class Run>
 int run_main(int argc, char** argv, const char* name, std::string_view usage,
-             std::initializer_list<numeric_option> options, Run run) {
+             std::initializer_list<numeric_option> options, std::initializer_list<flag_option> flags, Run run) {
   command_line cmd;
-  if (const std::optional<int> status = parse_command_line(argc, argv, usage, cmd, options)) return *status;
+  if (const std::optional<int> status = parse_command_line(argc, argv, usage, cmd, options, flags)) return *status;
   try {
     return run(cmd);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", name, e.what());
     return 1;
   }
+}
+
+/// As above, with numeric options only.
+template <class Run>
+int run_main(int argc, char** argv, const char* name, std::string_view usage,
+             std::initializer_list<numeric_option> options, Run run) {
+  return run_main(argc, argv, name, usage, options, {}, std::move(run));
 }
 
 // --- connecting ---
@@ -362,11 +381,17 @@ struct run_result {
 };
 
 /// Runs `io` until every task of `tasks` has ended; in self-test mode for `limit` at most (a line then says so).
+/// In the other modes `io` runs until it has no work left, or with `until_done` until the tasks have ended (for
+/// a program that leaves work behind it: e.g. a completion queue still waits on its channel once a shared
+/// receive queue with receives posted was destroyed).
 inline run_result run_tasks(asio::io_context& io, const task_group& tasks, const command_line& cmd,
-                            std::chrono::seconds limit = std::chrono::seconds(40)) {
+                            std::chrono::seconds limit = std::chrono::seconds(40), bool until_done = false) {
   const auto start = clock::now();
-  if (!cmd.self_test()) {
+  if (!cmd.self_test() && !until_done) {
     io.run();
+  } else if (!cmd.self_test()) {
+    while (!tasks.all_done() && io.run_one() > 0) {
+    }
   } else {
     const auto deadline = start + limit;
     while (!tasks.all_done() && clock::now() < deadline) {
