@@ -92,14 +92,15 @@ awaitable<int> run(std::string address, std::string port) {
   bool stopping = false;
   std::function<void(std::size_t)> post = [&](std::size_t slot) {
     ++posted;
-    conn.qp().async_recv(cv::span_of(in_mr, slot * message, message), [&, slot](cv::error_code ec, cv::received) {
+    conn.qp().async_recv(cv::span_of(in_mr, slot * message, message), [&, slot](cv::error_code ec, cv::received r) {
       --posted;
       if (ec) {
         ++failed_receives;
         if (!receive_error) receive_error = ec;
         return;
       }
-      ++echoes;
+      // Only a whole echo of a send counts: the server's greeting (an empty message) is not one.
+      if (r.bytes == message) ++echoes;
       if (!stopping) post(slot);
     });
   };
