@@ -65,7 +65,9 @@ struct queue_pair_options {
   ibv_mtu path_mtu = IBV_MTU_4096;      ///< capped at the port's active MTU
   std::uint8_t timeout = 14;            ///< local ACK timeout: 4.096 us * 2^timeout (14: ~67 ms)
   /// Transport retries (0..7) before wc_errc::retry_exc_err. 6, not IBA's maximum 7: Soft-RoCE (rxe) treats
-  /// 7 as "retry forever", so a send to a dead peer would never complete; on NICs it costs one retry.
+  /// 7 as "retry forever", so a send to a dead peer would never complete; on NICs it costs one retry. On rxe
+  /// (kernel 6.1) a send waiting for the peer to post a receive (RNR) also spends these retries: it fails
+  /// with retry_exc_err after (retry_cnt + 1) ACK timeouts (~0.5 s at timeout 14) even with rnr_retry 7.
   std::uint8_t retry_cnt = 6;
   std::uint8_t rnr_retry = 7;           ///< receiver-not-ready retries (7: infinite)
   std::uint8_t min_rnr_timer = 12;      ///< RNR NAK timer code (12: 0.64 ms)

@@ -328,6 +328,7 @@ TEST_CASE("an operation waiting for a credit is cancelled at once; a posted one 
   cv::queue_pair_options o;
   o.max_send_wr = 1;
   o.rnr_retry = 7;  // infinite: a send without a receive at the peer stays outstanding
+  o.retry_cnt = 7;  // on rxe the RNR wait also spends transport retries; 7 is "forever" there
   rc_pair p(o);
   test_buffer buf(p.pd, 64);
   completion<std::size_t> stuck, waiting;
