@@ -208,6 +208,10 @@ inline std::optional<int> parse_command_line(int argc, char** argv, std::string_
                    : "say what to run: --self-test, --listen ADDR PORT or --connect ADDR PORT");
   if (!self_test) {
     const std::vector<std::string>& where = listen.empty() ? connect : listen;
+    const char* const option = listen.empty() ? "--connect" : "--listen";
+    if (where.size() != 2)  // CLI11 hands over what it found; one value is not an address and a port
+      return bad(std::string(option) + " takes ADDR PORT, and the " + (where.empty() ? "address and the port are" : "port is") +
+                 " missing: e.g. " + option + " 10.77.0.1 7471");
     out.mode = listen.empty() ? role::connect : role::listen;
     out.address = where[0];
     if (const auto why = parse_port(where[1], 1, out.port)) return bad(*why);
