@@ -174,7 +174,20 @@ void cq_impl::continue_turn() {
   arm_and_wait();
 }
 
+void cq_impl::work_abandoned() noexcept {
+  --outstanding_;
+  if (outstanding_ == 0 && waiting_ && channel_fd_) {
+    error_code ignored;
+    channel_fd_->cancel(ignored);  // on_readable(operation_aborted) ends the wait
+  }
+}
+
 void cq_impl::on_readable(const error_code& ec) {
+  if (!closed_ && ec == boost::asio::error::operation_aborted && outstanding_ > 0) {
+    // The wait was stopped by work_abandoned, and work was posted again before this ran: keep waiting.
+    arm_and_wait();
+    return;
+  }
   if (closed_ || ec) {
     waiting_ = false;
     return;

@@ -29,6 +29,10 @@ public:
     ++outstanding_;
     if (!waiting_) start_waiting();
   }
+  /// A work request will produce no completion (its shared receive queue was destroyed with it posted).
+  /// The last one stops a readiness wait on the channel: no event would ever end it, and the pending wait
+  /// would keep io_context::run() from returning.
+  void work_abandoned() noexcept;
 
   /// Polls and dispatches until the queue is empty or `limit` completions were handled (then `turn_full_`).
   /// `may_dispatch`: handlers may run inline.
@@ -95,8 +99,8 @@ private:
   bool waiting_ = false;  // a readiness wait or a spin step is pending
   bool closed_ = false;
   bool turn_full_ = false;  // the last drain stopped at its limit: the queue may hold more
-  bool armed_ = false;
-  std::exception_ptr handler_exception_;  // thrown by a handler run in place, rethrown at the turn's end      // ibv_req_notify_cq succeeded and no channel event was taken since
+  bool armed_ = false;  // ibv_req_notify_cq succeeded and no channel event was taken since
+  std::exception_ptr handler_exception_;  // thrown by a handler run in place, rethrown at the turn's end
   // executor_'s target when it is an io_context's executor (the usual case), else null.
   const boost::asio::io_context::executor_type* typed_executor_ = nullptr;
   unsigned unacked_ = 0;

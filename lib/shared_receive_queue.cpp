@@ -124,7 +124,7 @@ shared_receive_queue_impl::~shared_receive_queue_impl() {
   while (wr_node* n = posted_head_) {
     unlink_posted(n);
     --posted_;
-    --cq_->outstanding_;
+    cq_->work_abandoned();
     fail(n, boost::asio::error::operation_aborted);
   }
   while (wr_node* n = waiting_.pop())

@@ -379,6 +379,48 @@ TEST_CASE("destroying an SRQ aborts its posted and waiting receives, and cancell
   CHECK(cq.outstanding() == 0);
 }
 
+TEST_CASE("a loop whose SRQ was destroyed with receives posted runs out of work and returns from run()",
+          "[srq][lifetime]") {
+  // The aborted receives produce no completion and so no channel event: the queue's readiness wait must
+  // end by itself, or io_context::run() never returns.
+  device_cq loop;
+  test_buffer in(loop.pd, slot);
+  std::optional<error_code> ec;
+  {
+    cv::shared_receive_queue srq(loop.pd, loop.cq, {.max_wr = 4, .max_sge = 1, .limit = 0});
+    srq.async_recv(in.span(0, slot), [&](error_code e, cv::srq_received) { ec = e; });
+    loop.io.restart();
+    loop.io.run_for(std::chrono::milliseconds(50));  // the queue arms and waits on its channel
+    CHECK(loop.cq.outstanding() == 1);
+  }
+  loop.io.restart();
+  loop.io.run_for(test::scaled(std::chrono::seconds(5)));
+  REQUIRE(ec);
+  CHECK(*ec == asio::error::operation_aborted);
+  CHECK(loop.io.stopped());  // out of work, not out of time
+}
+
+TEST_CASE("work posted right after an SRQ's receives were abandoned still completes", "[srq][lifetime]") {
+  // The SRQ's destructor stops the queue's wait; a send posted before that stop is handled keeps the
+  // queue waiting for its completion.
+  device_cq loop;
+  test_buffer in(loop.pd, slot), out(loop.pd, slot);
+  loop.io.restart();
+  std::optional<error_code> sent, received;
+  {
+    cv::shared_receive_queue srq(loop.pd, loop.cq, {.max_wr = 4, .max_sge = 1, .limit = 0});
+    srq.async_recv(in.span(0, slot), [](error_code, cv::srq_received) {});
+    loop.io.run_for(std::chrono::milliseconds(50));
+  }
+  cv::queue_pair a(loop.pd, loop.cq), b(loop.pd, loop.cq);
+  cv::connect_pair(a, b);
+  b.async_recv(in.span(0, slot), [&](error_code e, cv::received) { received = e; });
+  a.async_send(out.span(0, 8), [&](error_code e, std::size_t) { sent = e; });
+  REQUIRE(loop.run_until([&] { return sent && received; }, std::chrono::seconds(10)));
+  CHECK(!*sent);
+  CHECK(!*received);
+}
+
 #ifdef COVERBS_HAS_RDMACM
 TEST_CASE("connections accepted onto one SRQ: every message of every client arrives, reported with its connection",
           "[srq][cm]") {
