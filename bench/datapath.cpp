@@ -331,6 +331,11 @@ int main(int argc, char** argv) {
     else
       r = bandwidth(client, server, c);
 
+    // How often the client polled its completion queue for each operation, and how many completions it
+    // dispatched: where a busy-polled latency goes between the loop and the verbs.
+    const cv::completion_queue_stats cs = client.cq.stats();
+    const double polls_per_op = static_cast<double>(cs.polls) / c.iters,
+                 completions_per_op = static_cast<double>(cs.completions) / c.iters;
     if (c.test.ends_with("_lat")) {
       const statistics::summary st = statistics::summarize(r.samples_us);
       const double typical = st.median, p99 = st.p99, min = st.min;
@@ -342,7 +347,9 @@ int main(int argc, char** argv) {
                                                      {"iterations", c.iters},
                                                      {"t_min_us", r3(min)},
                                                      {"t_typical_us", r3(typical)},
-                                                     {"t_p99_us", r3(p99)}});
+                                                     {"t_p99_us", r3(p99)},
+                                                     {"client_polls_per_op", r3(polls_per_op)},
+                                                     {"client_completions_per_op", r3(completions_per_op)}});
       else
         std::printf("%-9s %-8s %8zu B %8d iters  t_min %8.2f us  t_typical %8.2f us  p99 %8.2f us\n", c.test.c_str(),
                     c.mode.c_str(), c.size, c.iters, min, typical, p99);
@@ -356,7 +363,9 @@ int main(int argc, char** argv) {
                                                      {"iterations", c.iters},
                                                      {"tx_depth", c.tx_depth},
                                                      {"bytes_per_second", json_output::rounded(bps, 1)},
-                                                     {"msg_rate_mpps", json_output::rounded(mpps, 6)}});
+                                                     {"msg_rate_mpps", json_output::rounded(mpps, 6)},
+                                                     {"client_polls_per_op", json_output::rounded(polls_per_op, 3)},
+                                                     {"client_completions_per_op", json_output::rounded(completions_per_op, 3)}});
       else
         std::printf("%-9s %-8s %8zu B %8d iters  %10.2f MiB/s  %8.4f Mpps\n", c.test.c_str(), c.mode.c_str(), c.size,
                     c.iters, bps / 1048576.0, mpps);

@@ -401,7 +401,7 @@ private:
 /// connect runs there; the handler runs on its associated executor, else `ex`.
 /// @param ex where the connection is bound: an executor, or an execution context (e.g. an `io_context`)
 /// standing for its executor. The default token is the executor's (`asio::default_completion_token_t`,
-/// e.g. from `asio::as_tuple(asio::use_awaitable).as_default_on(ex)`), else a coroutine's `use_awaitable`.
+/// e.g. from `asio::as_tuple(asio::use_awaitable).as_default_on(ex)`), else `asio::deferred` (awaited by `co_await`).
 template <detail::executor_or_context ExecutorOrContext,
           boost::asio::completion_token_for<void(error_code, connection)> Token =
               detail::default_token_t<detail::executor_of_t<ExecutorOrContext>>>

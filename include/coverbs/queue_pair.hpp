@@ -5,7 +5,8 @@
 /// Each `async_*` function posts one signaled work request whose wr_id is the operation itself; the
 /// completion queue's loop completes the handler on the handler's associated executor with the handler's
 /// associated allocator (docs/architecture.md, "The path of one operation"). Every operation works with any
-/// completion token (`use_awaitable` by default, callbacks, `use_future`, `deferred`, `as_tuple`, ...).
+/// completion token (`deferred` by default, which `co_await` awaits directly in a coroutine; `use_awaitable`,
+/// callbacks, `use_future`, `as_tuple`, ...).
 ///
 /// Send-queue credits: when the send (or receive) queue is full, an operation waits its turn in FIFO order
 /// instead of failing. A post that fails completes the handler with the verb's errno — never from inside
@@ -105,8 +106,8 @@ error_code prepare_atomic(queue_pair_impl* qp, wr_node& n, const registered_span
 class queue_pair {
 public:
   using executor_type = completion_queue::executor_type;
-  /// What an operation uses when given no token: `detail::default_token_t` of the executor type, a coroutine's
-  /// `use_awaitable`.
+  /// What an operation uses when given no token: `detail::default_token_t` of the executor type, `deferred`
+  /// (`co_await qp.async_send(buf)` awaits it; `co_spawn` and awaitable operators take `use_awaitable`).
   using default_token = detail::default_token_t<executor_type>;
 
   /// Creates an RC queue pair in the RESET state using `cq` for sends and receives.

@@ -194,7 +194,7 @@ TEST_CASE("a pending async_wait_event is cancelled with operation_aborted, and t
   // The awaitable operators cancel the losing wait.
   const bool timer_won = loop.run([&]() -> awaitable<bool> {
     asio::steady_timer t(loop.io, std::chrono::milliseconds(200));
-    auto r = co_await (ev.async_wait_event() || t.async_wait(asio::use_awaitable));
+    auto r = co_await (ev.async_wait_event(asio::use_awaitable) || t.async_wait(asio::use_awaitable));
     co_return r.index() == 1;
   });
   CHECK(timer_won);
@@ -285,6 +285,6 @@ TEST_CASE("with a full queue the oldest event is dropped and counted", "[events]
   set_link(true);
   REQUIRE(loop.run_until([&] { return ev.received() >= 2; }, generous));
   CHECK(ev.dropped() == ev.received() - 1);
-  const cv::device_event last = loop.run([&] { return ev.async_wait_event(); });
+  const cv::device_event last = loop.run([&] { return ev.async_wait_event(asio::use_awaitable); });
   CHECK(last.type != IBV_EVENT_PORT_ERR);  // the first event (PORT_ERR) was dropped
 }

@@ -394,7 +394,7 @@ TEST_CASE("two coroutines share one loop with an Asio timer and a TCP loopback s
     for (int i = 0; i < 20; ++i) {
       local.bytes[1000] = std::byte(i);
       // The receive is posted first, then the send; both are awaited together.
-      auto [r, sent] = co_await (p.b.async_recv(rx.span()) && p.a.async_send(local.span(1000, 1)));
+      auto [r, sent] = co_await (p.b.async_recv(rx.span(), asio::use_awaitable) && p.a.async_send(local.span(1000, 1), asio::use_awaitable));
       CHECK(sent == 1);
       CHECK(r.bytes == 1);
       CHECK(rx.bytes[0] == std::byte(i));

@@ -124,11 +124,11 @@ static_assert(std::is_trivially_destructible_v<cv::rereg_request> && std::is_agg
 static_assert(std::is_trivially_destructible_v<cv::remote_key> && std::is_trivially_destructible_v<span>);
 
 // The default token of an operation on a given executor is that executor's (asio::default_completion_token_t,
-// what as_default_on sets), else use_awaitable.
+// what as_default_on sets), else deferred (awaited in place by co_await, without use_awaitable's extra frame).
 using tuple_awaitable = asio::as_tuple_t<asio::use_awaitable_t<>>;
 using tuple_executor = tuple_awaitable::executor_with_default<asio::any_io_executor>;
 static_assert(std::is_same_v<cv::detail::default_token_t<tuple_executor>, tuple_awaitable>);
-static_assert(std::is_same_v<cv::detail::default_token_t<asio::any_io_executor>, asio::use_awaitable_t<>>);
+static_assert(std::is_same_v<cv::detail::default_token_t<asio::any_io_executor>, asio::deferred_t>);
 static_assert(std::is_same_v<decltype(cv::reg_mr(std::declval<const tuple_executor&>(), std::declval<cv::protection_domain&>(),
                                                  std::span<std::byte>{}, cv::access::local_write)),
                              asio::awaitable<std::tuple<error_code, cv::memory_region>>>);
@@ -151,9 +151,11 @@ TEST_CASE("operations return what each completion token promises", "[qp][tokens]
   STATIC_REQUIRE(std::is_same_v<write_result<asio::as_tuple_t<asio::use_awaitable_t<>>>,
                                 asio::awaitable<std::tuple<error_code, std::size_t>>>);
   STATIC_REQUIRE(std::is_void_v<write_result<void (*)(error_code, std::size_t)>>);
-  // The default token is use_awaitable: `co_await qp.async_write(span, key)` needs nothing more.
-  STATIC_REQUIRE(
-      std::is_same_v<decltype(std::declval<qp&>().async_write(span{}, key{})), asio::awaitable<std::size_t>>);
+  // The default token is deferred: `co_await qp.async_write(span, key)` needs nothing more; the operation is
+  // one `co_await` takes as it is (an async operation with the write's signature).
+  using default_write = decltype(std::declval<qp&>().async_write(span{}, key{}));
+  STATIC_REQUIRE(asio::is_async_operation<default_write>::value);
+  STATIC_REQUIRE(std::is_same_v<asio::completion_signature_of_t<default_write>, void(error_code, std::size_t)>);
 }
 
 TEST_CASE("registered spans and remote keys slice without leaving their bounds", "[buffer]") {

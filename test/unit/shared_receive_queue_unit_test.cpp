@@ -51,8 +51,10 @@ TEST_CASE("shared receive queue operations return what each completion token pro
   STATIC_REQUIRE(std::is_same_v<recv_result<const asio::use_future_t<>&>, std::future<cv::srq_received>>);
   STATIC_REQUIRE(std::is_same_v<recv_result<asio::as_tuple_t<asio::use_awaitable_t<>>>,
                                 asio::awaitable<std::tuple<error_code, cv::srq_received>>>);
-  // The default token is use_awaitable, as for queue_pair.
-  STATIC_REQUIRE(std::is_same_v<decltype(std::declval<srq&>().async_recv(span{})), asio::awaitable<cv::srq_received>>);
+  // The default token is deferred, as for queue_pair: an operation `co_await` takes as it is.
+  using default_recv = decltype(std::declval<srq&>().async_recv(span{}));
+  STATIC_REQUIRE(asio::is_async_operation<default_recv>::value);
+  STATIC_REQUIRE(std::is_same_v<asio::completion_signature_of_t<default_recv>, void(error_code, cv::srq_received)>);
   // An srq_received is a received (bytes, imm, invalidated rkey) plus the queue pair it arrived on.
   STATIC_REQUIRE(std::is_base_of_v<cv::received, cv::srq_received>);
   cv::srq_received r;

@@ -4,6 +4,7 @@
 
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/execution/executor.hpp>
 #include <boost/asio/execution_context.hpp>
 #include <boost/asio/is_executor.hpp>
@@ -44,11 +45,15 @@ template <class T>
 using executor_of_t = std::remove_cvref_t<decltype(executor_of(std::declval<T&>()))>;
 
 /// The completion token an operation uses when the caller gives none: the executor's own
-/// (`asio::default_completion_token_t`, what `asio::as_default_on` / `as_default_on_t` set), else a
-/// coroutine's `use_awaitable`.
+/// (`asio::default_completion_token_t`, what `asio::as_default_on` / `as_default_on_t` set), else
+/// `asio::deferred` (Asio's own default from 1.28 on). `co_await op(...)` in an `asio::awaitable` coroutine
+/// then awaits the operation itself, without the coroutine frame `use_awaitable` adds for its initiation
+/// (natively 16 ns less per operation, bench_overhead). Nothing starts until it is awaited or
+/// given a handler, as with an `awaitable`. Where an `awaitable` object is needed — `co_spawn`, the
+/// `||` / `&&` operators of `asio::experimental::awaitable_operators` — pass `asio::use_awaitable`.
 template <class Executor>
 using default_token_t = std::conditional_t<std::is_void_v<boost::asio::default_completion_token_t<Executor>>,
-                                           boost::asio::use_awaitable_t<>,
+                                           boost::asio::deferred_t,
                                            boost::asio::default_completion_token_t<Executor>>;
 
 }  // namespace coverbs::detail
