@@ -15,6 +15,7 @@
 //   *_bw       the client keeps `tx-depth` operations in flight; reports bytes/s and message rate.
 // --mode: spin (busy-polling CQ, like perftest's default), events (sleep on the completion channel, like
 // perftest -e), adaptive (spin 50 us, then sleep).
+// --token: how read_lat awaits each read: the default token (deferred) or use_awaitable.
 #include <coverbs/coverbs.hpp>
 
 #include "cli.hpp"
@@ -55,11 +56,12 @@ struct config {
   std::string mode = "spin";
   std::string device;
   bool json = false;
+  std::string token = "default";
 };
 
 constexpr const char* usage_text =
     "--test write_lat|read_lat|send_lat|write_bw|read_bw|send_bw [--size BYTES] [--iters N] [--tx-depth N] "
-    "[--mode spin|events|adaptive] [--device NAME] [--json]";
+    "[--mode spin|events|adaptive] [--token default|use_awaitable] [--device NAME] [--json]";
 
 config parse(int argc, char** argv) {
   config c;
@@ -71,6 +73,7 @@ config parse(int argc, char** argv) {
   app.add_option("--iters", c.iters)->check(command_line::count(2, 100'000'000));
   app.add_option("--tx-depth", c.tx_depth)->check(command_line::count(1, 8192));
   app.add_option("--mode", c.mode)->check(command_line::one_of({"spin", "events", "adaptive"}));
+  app.add_option("--token", c.token)->check(command_line::one_of({"default", "use_awaitable"}));
   app.add_option("--device", c.device);
   app.add_flag("--json", c.json);
   bench::parse(app, argc, argv);
@@ -194,7 +197,10 @@ result read_lat(side& client, side& server, const config& c) {
   auto reader = [&]() -> awaitable<void> {
     for (int i = 0; i < c.iters; ++i) {
       const auto t0 = stamp_clock::now();
-      co_await client.qp.async_read(client.span(0, c.size), server.key());
+      if (c.token == "use_awaitable")
+        co_await client.qp.async_read(client.span(0, c.size), server.key(), asio::use_awaitable);
+      else
+        co_await client.qp.async_read(client.span(0, c.size), server.key());
       ticks.push_back(stamp_clock::now() - t0);
     }
   };
