@@ -73,10 +73,14 @@ config parse(int argc, char** argv) {
   app.add_option("--iters", c.iters)->check(command_line::count(2, 100'000'000));
   app.add_option("--tx-depth", c.tx_depth)->check(command_line::count(1, 8192));
   app.add_option("--mode", c.mode)->check(command_line::one_of({"spin", "events", "adaptive"}));
-  app.add_option("--token", c.token)->check(command_line::one_of({"default", "use_awaitable"}));
+  app.add_option("--token", c.token, "read_lat only: await each read with the default token (deferred) or use_awaitable")
+      ->check(command_line::one_of({"default", "use_awaitable"}));
   app.add_option("--device", c.device);
   app.add_flag("--json", c.json);
   bench::parse(app, argc, argv);
+  if (c.token != "default" && c.test != "read_lat")
+    bench::usage_error(app, "--token applies to --test read_lat only (the other tests complete with handlers); "
+                            "drop it or use --test read_lat");
   if (c.test.ends_with("_lat") && c.size < 2 && c.test != "read_lat") c.size = 2;
   return c;
 }

@@ -46,10 +46,10 @@ using executor_of_t = std::remove_cvref_t<decltype(executor_of(std::declval<T&>(
 
 /// The completion token an operation uses when the caller gives none: the executor's own
 /// (`asio::default_completion_token_t`, what `asio::as_default_on` / `as_default_on_t` set), else
-/// `asio::deferred` (Asio's own default from 1.28 on). `co_await op(...)` in an `asio::awaitable` coroutine
-/// then awaits the operation itself, without the coroutine frame `use_awaitable` adds for its initiation
-/// (natively 16 ns less per operation, bench_overhead). Nothing starts until it is awaited or
-/// given a handler, as with an `awaitable`. Where an `awaitable` object is needed — `co_spawn`, the
+/// `asio::deferred` (the default of later Asio releases, Boost 1.86 on). `co_await op(...)` in an
+/// `asio::awaitable` coroutine then awaits the operation itself, without the coroutine frame `use_awaitable`
+/// adds for its initiation (natively 16 ns less per operation, bench_overhead). Nothing starts until it is
+/// awaited or given a handler, as with an `awaitable`. Where an `awaitable` object is needed — `co_spawn`, the
 /// `||` / `&&` operators of `asio::experimental::awaitable_operators` — pass `asio::use_awaitable`.
 template <class Executor>
 using default_token_t = std::conditional_t<std::is_void_v<boost::asio::default_completion_token_t<Executor>>,
