@@ -4,13 +4,17 @@
 // test/support/soft_verbs.hpp, which completes every work request at once inside ibv_post_send; the floor
 // is a raw-verbs loop (ibv_post_send, then ibv_poll_cq until the completion) over the same device.
 //
-//   bench_overhead [--size BYTES] [--ops N] [--batches N] [--mode events|spin] [--json]
+//   bench_overhead [--size BYTES] [--ops N] [--batches N] [--mode events|spin] [--op write|sendrecv|rebind] [--json]
+//
+// --op runs one op's ways alone (every op by default), e.g. to count its instructions with perf stat.
 //
 // Each way of running an operation runs --batches batches of --ops operations (after one batch of
 // warm-up); ns/op of a batch = its wall time / --ops. Figures per way (median and 99th percentile over
 // the batches): {op}_{way}_ns_median, {op}_{way}_ns_p99, and {op}_{way}_over_raw_ns = its median minus
 // the raw loop's median. op: write (an RDMA write of --size bytes), sendrecv (a receive posted, then a
-// send of --size bytes consuming it: two work requests and two completions). way:
+// send of --size bytes consuming it: two work requests and two completions), rebind (rebind_mw of a bound
+// type-2 window to other rights: a LOCAL_INV chained to a BIND_MW, two completions, with the window's
+// bookkeeping; its raw floor posts the same chain). way:
 //   raw            post + poll on the software device, no coverbs
 //   callback       one operation in flight, its completion handler (a plain function object) starts the next
 //   use_awaitable  a coroutine awaiting each operation with asio::use_awaitable
@@ -53,10 +57,12 @@ struct config {
   int ops = 1000;
   int batches = 300;
   std::string mode = "events";
+  std::string op;  // empty: every op
   bool json = false;
 };
 
-constexpr const char* usage_text = "[--size BYTES] [--ops N] [--batches N] [--mode events|spin] [--json]";
+constexpr const char* usage_text =
+    "[--size BYTES] [--ops N] [--batches N] [--mode events|spin] [--op write|sendrecv|rebind] [--json]";
 
 config parse(int argc, char** argv) {
   config c;
@@ -68,6 +74,7 @@ config parse(int argc, char** argv) {
   app.add_option("--ops", c.ops)->check(command_line::count(16, 1'000'000));
   app.add_option("--batches", c.batches)->check(command_line::count(10, 100'000));
   app.add_option("--mode", c.mode)->check(command_line::one_of({"events", "spin"}));
+  app.add_option("--op", c.op)->check(command_line::one_of({"write", "sendrecv", "rebind"}));
   app.add_flag("--json", c.json);
   bench::parse(app, argc, argv);
   return c;
@@ -176,6 +183,27 @@ struct raw_verbs {
     }
     wr[0].next = nullptr;
   }
+  /// LOCAL_INV of the window's key chained to a BIND_MW with the next key, as rebind_mw posts it.
+  void rebind(ibv_mw* mw, ibv_mr* mr, int ops) {
+    ibv_send_wr inv{}, bind{};
+    inv.opcode = IBV_WR_LOCAL_INV;
+    inv.send_flags = IBV_SEND_SIGNALED;
+    inv.next = &bind;
+    bind.opcode = IBV_WR_BIND_MW;
+    bind.send_flags = IBV_SEND_SIGNALED;
+    bind.bind_mw.mw = mw;
+    bind.bind_mw.bind_info.mr = mr;
+    bind.bind_mw.bind_info.addr = reinterpret_cast<std::uintptr_t>(mr->addr);
+    bind.bind_mw.bind_info.length = 4096;
+    for (int i = 0; i < ops; ++i) {
+      inv.invalidate_rkey = mw->rkey;
+      bind.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+      bind.bind_mw.bind_info.mw_access_flags = i % 2 ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
+      post(a, &inv);
+      wait(2);
+      mw->rkey = bind.bind_mw.rkey;
+    }
+  }
   void sendrecv(int ops) {
     ibv_send_wr send = wr[0];
     send.opcode = IBV_WR_SEND;
@@ -259,6 +287,37 @@ void await_writes(asio::io_context& io, soft_verbs::soft_pair& rig, std::size_t 
   run(io);
 }
 
+/// One rebind_mw (the default token) of a bound window after the other, alternating its rights.
+void await_rebinds(asio::io_context& io, soft_verbs::soft_pair& rig, cv::memory_window& w, cv::memory_region& mr,
+                   int ops) {
+  asio::co_spawn(
+      io,
+      [&, ops]() -> asio::awaitable<void> {
+        for (int i = 0; i < ops; ++i)
+          co_await cv::rebind_mw(rig.a, w, mr, {0, 4096}, i % 2 ? cv::access::remote_read : cv::access::remote_write);
+      },
+      [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+      });
+  run(io);
+}
+
+/// A rebind whose completion handler starts the next while any is left to start.
+struct rebind_chain {
+  soft_verbs::soft_pair* rig;
+  cv::memory_window* w;
+  cv::memory_region* mr;
+  int* to_start;
+  void start() const {
+    const auto rights = --*to_start % 2 ? cv::access::remote_read : cv::access::remote_write;
+    cv::rebind_mw(rig->a, *w, *mr, {0, 4096}, rights, *this);
+  }
+  void operator()(cv::error_code ec, cv::remote_key) const {
+    check(ec, "rebind_mw");
+    if (*to_start > 0) start();
+  }
+};
+
 struct result {
   std::string op, way;
   figures f;
@@ -277,7 +336,7 @@ int main(int argc, char** argv) {
     const std::size_t size = c.size;
     std::vector<result> results;
     const auto add = [&](const char* op, const char* way, const std::function<void(int)>& batch) {
-      results.push_back({op, way, measure(c, batch)});
+      if (c.op.empty() || c.op == op) results.push_back({op, way, measure(c, batch)});
     };
 
     add("write", "raw", [&](int ops) { raw.write(ops); });
@@ -302,6 +361,28 @@ int main(int argc, char** argv) {
       sendrecv_chain{&rig, size, &to_start, &pending}.start();
       run(io);
     });
+
+    // Windows over 4 KiB of a region, bound once before the rebinds.
+    constexpr auto rights =
+        cv::access::local_write | cv::access::remote_read | cv::access::remote_write | cv::access::mw_bind;
+    std::vector<std::byte> window_bytes(4096);
+    cv::memory_region mr(rig.pd, window_bytes, rights);
+    cv::memory_window window(rig.pd, cv::window_type::type2);
+    ibv_mw* raw_window = ibv_alloc_mw(rig.pd.native_handle(), IBV_MW_TYPE_2);
+    if (!raw_window) fail("ibv_alloc_mw", "no memory");
+    cv::bind_mw(rig.a, window, mr, {0, 4096}, cv::access::remote_read,
+                [](cv::error_code ec, cv::remote_key) { check(ec, "bind_mw"); });
+    run(io);
+    add("rebind", "raw", [&](int ops) { raw.rebind(raw_window, mr.native_handle(), ops); });
+    add("rebind", "callback", [&](int ops) {
+      int to_start = ops;
+      rebind_chain{&rig, &window, &mr, &to_start}.start();
+      run(io);
+    });
+    add("rebind", "deferred", [&](int ops) { await_rebinds(io, rig, window, mr, ops); });
+    cv::invalidate(rig.a, window, [](cv::error_code ec) { check(ec, "invalidate"); });
+    run(io);
+    ibv_dealloc_mw(raw_window);
 
     const auto median_of = [&](const std::string& op, const std::string& way) {
       for (const result& r : results)

@@ -27,6 +27,8 @@
 //   mw2_bind_event_us      mw2_bind_us on an event-driven completion queue (sleeps on the channel)
 //   loop_turn_us           one `co_await post(...)` round trip through the same io_context (the loop's own cost)
 //   handler_turn_us        one post(handler) round trip through the same io_context
+//   bind_polls_per_op, rebind_polls_per_op  ibv_poll_cq calls of the busy-polling queue per mw2 bind (default
+//                          token) and per rebind: 1 when the completions are in at the first poll
 //   ratio_spread           for each ratio above: its value in each round (from that round's medians) and the
 //                          median, minimum and maximum of those; each ratio above is that median
 // Every iteration measures each figure once (raw verbs first), so that the machine's noise hits all alike; the
@@ -82,6 +84,7 @@ void run(asio::io_context& io, F&& coro) {
 struct samples {
   std::vector<ticks> mw1, mw2, mw2_use_awaitable, mw2_rebind, mw2_event, mw2_handler, raw_mw2, raw_mw2_rebind, rereg, loop_turn,
       handler_turn;
+  std::uint64_t bind_polls = 0, binds = 0, rebind_polls = 0, rebinds = 0;  // ibv_poll_cq calls of the busy queue
 };
 
 /// The samples of one round added to `all`.
@@ -100,11 +103,16 @@ void append(samples& all, const samples& r) {
   add(all.rereg, r.rereg);
   add(all.loop_turn, r.loop_turn);
   add(all.handler_turn, r.handler_turn);
+  all.bind_polls += r.bind_polls;
+  all.binds += r.binds;
+  all.rebind_polls += r.rebind_polls;
+  all.rebinds += r.rebinds;
 }
 
 /// The windows and queue pairs of one run.
 struct setup {
-  cv::queue_pair& qp;        // busy-polling completion queue
+  cv::completion_queue& cq;  // busy-polling
+  cv::queue_pair& qp;        // on cq
   cv::queue_pair& qp_event;  // event-driven completion queue
   cv::memory_region& mr;
   cv::memory_window &w1, &w2, &w2_rebind, &w2_event;
@@ -131,8 +139,11 @@ awaitable<void> round(const setup& u, int n, samples& s) {
     for (int k = 0; k < 2; ++k) {
       const auto t = stamp_clock::now();
       if ((k == 0) == (i % 2 == 0)) {
+        const auto polls = u.cq.stats().polls;
         co_await cv::bind_mw(u.qp, u.w2, u.mr, {0, 4096}, cv::access::remote_read);
         time(s.mw2, t);
+        s.bind_polls += u.cq.stats().polls - polls;
+        ++s.binds;
       } else {
         co_await cv::bind_mw(u.qp, u.w2, u.mr, {0, 4096}, cv::access::remote_read, asio::use_awaitable);
         time(s.mw2_use_awaitable, t);
@@ -145,9 +156,12 @@ awaitable<void> round(const setup& u, int n, samples& s) {
     time(s.mw1, t);
 
     const auto rights = i % 2 ? cv::access::remote_read : cv::access::remote_write;
+    const auto polls = u.cq.stats().polls;
     t = stamp_clock::now();
     co_await cv::rebind_mw(u.qp, u.w2_rebind, u.mr, {0, 4096}, rights);
     time(s.mw2_rebind, t);
+    s.rebind_polls += u.cq.stats().polls - polls;
+    ++s.rebinds;
 
     t = stamp_clock::now();
     co_await cv::bind_mw(u.qp_event, u.w2_event, u.mr, {0, 4096}, cv::access::remote_read);
@@ -332,7 +346,7 @@ int main(int argc, char** argv) {
     std::vector<samples> per_round(static_cast<std::size_t>(rounds));
     stamp_clock clock;
     const setup u{
-        a, e, mr, w1, w2, w2_rebind, w2_event, ra.native_handle(), cq_raw.native_handle(), raw_mw, raw_mw_rebind};
+        cq, a, e, mr, w1, w2, w2_rebind, w2_event, ra.native_handle(), cq_raw.native_handle(), raw_mw, raw_mw_rebind};
     run(io, [&]() -> awaitable<void> { co_await cv::bind_mw(a, w2_rebind, mr, {0, 4096}, cv::access::remote_read); });
     raw_first_bind(u);
     progress::phases phase(prog, rounds + 1);
@@ -423,6 +437,8 @@ int main(int argc, char** argv) {
                                                    {"mw2_bind_event_us", r2(event)},
                                                    {"loop_turn_us", r2(turn)},
                                                    {"handler_turn_us", r2(handler_turn)},
+                                                   {"bind_polls_per_op", r2(double(s.bind_polls) / s.binds)},
+                                                   {"rebind_polls_per_op", r2(double(s.rebind_polls) / s.rebinds)},
                                                    {"ratio_method", "median of the per-round ratios"},
                                                    {"ratio_spread", std::move(spread_json)}});
     } else {

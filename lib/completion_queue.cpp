@@ -126,19 +126,18 @@ void cq_impl::start_waiting() {
   if (options_.spin.count() > 0 && options_.spin != completion_queue_options::spin_forever)
     spin_deadline_ = std::chrono::steady_clock::now() + options_.spin;
   if (options_.spin.count() > 0)
-    post_step([self = shared_from_this()] { self->spin_step(); });
+    post_step(step_handler<&cq_impl::spin_step>(shared_from_this()));
   else
-    post_step([self = shared_from_this()] { self->arm_and_wait(); });
+    post_step(step_handler<&cq_impl::arm_and_wait>(shared_from_this()));
 }
 
-void cq_impl::arm_and_wait() {
+void cq_impl::arm_and_wait(owner self) {
   if (closed_ || !channel_fd_) return;
   arm();
   // A completion that arrived before the arming raises no event: poll again now.
-  auto keep = shared_from_this();
   if (!drain_and_continue() || !channel_fd_) return;
   channel_fd_->async_wait(boost::asio::posix::stream_descriptor::wait_read,
-                         [self = std::move(keep)](const error_code& ec) { self->on_readable(ec); });
+                          step_handler<&cq_impl::on_readable>(std::move(self)));
 }
 
 bool cq_impl::drain_and_continue() {
@@ -162,16 +161,16 @@ void cq_impl::rethrow_pending() {
 void cq_impl::yield_turn() {
   ++stats_.yields;
   if (options_.spin.count() > 0)
-    defer_step([self = shared_from_this()] { self->spin_step(); });
+    defer_step(step_handler<&cq_impl::spin_step>(shared_from_this()));
   else
-    defer_step([self = shared_from_this()] { self->continue_turn(); });
+    defer_step(step_handler<&cq_impl::continue_turn>(shared_from_this()));
 }
 
-void cq_impl::continue_turn() {
+void cq_impl::continue_turn(owner self) {
   // The queue is armed from before the turn that yielded, or its event waits in the channel (`arm`);
   // it polls after that, so nothing that landed meanwhile is missed.
   if (closed_) return;
-  arm_and_wait();
+  arm_and_wait(std::move(self));
 }
 
 void cq_impl::work_abandoned() noexcept {
@@ -182,10 +181,10 @@ void cq_impl::work_abandoned() noexcept {
   }
 }
 
-void cq_impl::on_readable(const error_code& ec) {
+void cq_impl::on_readable(owner self, const error_code& ec) {
   if (!closed_ && ec == boost::asio::error::operation_aborted && outstanding_ > 0) {
     // The wait was stopped by work_abandoned, and work was posted again before this ran: keep waiting.
-    arm_and_wait();
+    arm_and_wait(std::move(self));
     return;
   }
   if (closed_ || ec) {
@@ -203,18 +202,16 @@ void cq_impl::on_readable(const error_code& ec) {
   if (any) armed_ = false;  // an event disarms the queue
   if (!any) ++stats_.spurious_wakeups;
   ack_events(false);
-  auto keep = shared_from_this();
   if (options_.spin.count() > 0) spin_deadline_ = std::chrono::steady_clock::now() + options_.spin;
   if (!drain_and_continue()) return;
   if (options_.spin.count() > 0)
-    defer_step([self = std::move(keep)] { self->spin_step(); });
+    defer_step(step_handler<&cq_impl::spin_step>(std::move(self)));
   else
-    arm_and_wait();
+    arm_and_wait(std::move(self));
 }
 
-void cq_impl::spin_step() {
+void cq_impl::spin_step(owner self) {
   if (closed_) return;
-  auto keep = shared_from_this();
   const std::size_t n = drain_turn();
   if (closed_) return rethrow_pending();
   if (outstanding_ == 0) {
@@ -225,13 +222,13 @@ void cq_impl::spin_step() {
     const auto now = std::chrono::steady_clock::now();
     if (n > 0) spin_deadline_ = now + options_.spin;
     if (now >= spin_deadline_ && !turn_full_) {
-      arm_and_wait();
+      arm_and_wait(std::move(self));
       return;
     }
   }
   // Every step is a handler of its own: the rest of the loop runs between two steps.
   if (turn_full_) ++stats_.yields;
-  defer_step([self = std::move(keep)] { self->spin_step(); });
+  defer_step(step_handler<&cq_impl::spin_step>(std::move(self)));
   rethrow_pending();
 }
 

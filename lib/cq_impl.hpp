@@ -66,12 +66,24 @@ public:
   completion_queue_stats stats_;
 
 private:
+  using owner = std::shared_ptr<cq_impl>;
+  /// A handler that runs `(q.*Step)(owner, args...)`, handing the reference that keeps the queue alive on to
+  /// the step, which hands it to the next one: no reference-count update per step (two atomic operations,
+  /// each costly in an emulated guest).
+  template <auto Step>
+  static auto step_handler(owner self) {
+    return [self = std::move(self)](auto&&... args) mutable {
+      cq_impl& q = *self;
+      (q.*Step)(std::move(self), std::forward<decltype(args)>(args)...);
+    };
+  }
+
   void start_waiting();
-  void arm_and_wait();
-  void on_readable(const error_code& ec);
-  void spin_step();
+  void arm_and_wait(owner self);
+  void on_readable(owner self, const error_code& ec);
+  void spin_step(owner self);
   /// The rest of a turn that stopped at its bound, as a handler of its own (event-driven mode).
-  void continue_turn();
+  void continue_turn(owner self);
   /// Posts `continue_turn` (event-driven) or `spin_step` (adaptive, spinning) to the executor.
   void yield_turn();
   /// Drains one turn; false when the queue closed or nothing is outstanding any more (then it stops

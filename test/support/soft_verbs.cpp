@@ -67,6 +67,7 @@ struct device::state {
   std::uint64_t sends = 0, recvs = 0, events = 0;
   std::uint32_t max_send_outstanding = 0;
   std::uint32_t next_qp_num = 0x100;
+  std::uint32_t keys = 0;
   std::vector<soft_qp*> qps;
 };
 
@@ -159,6 +160,8 @@ ibv_wc_opcode send_opcode(ibv_wr_opcode op) noexcept {
   case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
   case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
   case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
+  case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
+  case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
   default: return IBV_WC_SEND;
   }
 }
@@ -191,6 +194,8 @@ ibv_wc_status execute(soft_qp* qp, const ibv_send_wr& wr) {
       deliver(to, data.data(), static_cast<std::uint32_t>(data.size()));
     return IBV_WC_SUCCESS;
   }
+  case IBV_WR_BIND_MW:  // keys are not checked (see soft_verbs.hpp): a bind or an invalidation only completes
+  case IBV_WR_LOCAL_INV: return IBV_WC_SUCCESS;
   default: return IBV_WC_LOC_QP_OP_ERR;  // not modelled
   }
 }
@@ -259,6 +264,32 @@ int req_notify_cq(ibv_cq* cq, int) {
   return 0;
 }
 
+/// Keys of regions and windows: a fresh index in the upper 24 bits, the consumer's 8-bit key 0.
+std::uint32_t next_key(ibv_context* ctx) noexcept { return ++state_of(ctx)->keys << 8; }
+
+/// A zeroed verbs object, or null with errno ENOMEM.
+template <class T>
+T* new_object() noexcept {
+  T* p = new (std::nothrow) T{};
+  if (!p) errno = ENOMEM;
+  return p;
+}
+
+ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type) {
+  auto* mw = new_object<ibv_mw>();
+  if (!mw) return nullptr;
+  mw->context = pd->context;
+  mw->pd = pd;
+  mw->rkey = next_key(pd->context);
+  mw->type = type;
+  return mw;
+}
+
+int dealloc_mw(ibv_mw* mw) {
+  delete mw;
+  return 0;
+}
+
 }  // namespace
 
 device::device() : s_(new state) {
@@ -282,6 +313,8 @@ device::device() : s_(new state) {
   s_->sc.ctx.ops.post_recv = &post_recv;
   s_->sc.ctx.ops.poll_cq = &poll_cq;
   s_->sc.ctx.ops.req_notify_cq = &req_notify_cq;
+  s_->sc.ctx.ops.alloc_mw = &alloc_mw;
+  s_->sc.ctx.ops.dealloc_mw = &dealloc_mw;
 }
 device::~device() { delete s_; }
 ibv_context* device::context() noexcept { return &s_->sc.ctx; }
@@ -314,6 +347,9 @@ int ibv_query_device(ibv_context*, ibv_device_attr* attr) {
   attr->max_qp_rd_atom = 16;
   attr->max_qp_init_rd_atom = 16;
   attr->atomic_cap = IBV_ATOMIC_NONE;
+  attr->device_cap_flags = IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+  attr->max_mw = 1 << 16;
+  attr->max_mr = 1 << 16;
   attr->phys_port_cnt = 1;
   return 0;
 }
@@ -349,6 +385,26 @@ ibv_pd* ibv_alloc_pd(ibv_context* ctx) {
 }
 int ibv_dealloc_pd(ibv_pd* pd) {
   delete pd;
+  return 0;
+}
+
+// A region is its description alone: the device checks no keys. libibverbs' ibv_reg_mr macro calls ibv_reg_mr
+// or ibv_reg_mr_iova2 depending on whether the access flags are a constant; both are here.
+ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t, unsigned int) {
+  auto* mr = new_object<ibv_mr>();
+  if (!mr) return nullptr;
+  mr->context = pd->context;
+  mr->pd = pd;
+  mr->addr = addr;
+  mr->length = length;
+  mr->lkey = mr->rkey = next_key(pd->context);
+  return mr;
+}
+ibv_mr*(ibv_reg_mr)(ibv_pd* pd, void* addr, size_t length, int access) {
+  return ibv_reg_mr_iova2(pd, addr, length, reinterpret_cast<std::uintptr_t>(addr), static_cast<unsigned>(access));
+}
+int ibv_dereg_mr(ibv_mr* mr) {
+  delete mr;
   return 0;
 }
 

@@ -7,7 +7,9 @@
 //   functions of <infiniband/verbs.h> that call through `ctx->ops` (struct ibv_context_ops) of the object's
 //   context. soft_verbs::device is an ibv_context whose ops complete every work request at once, in the
 //   calling thread: a write or send copies its bytes and pushes a successful completion on the send CQ
-//   (and, for a send, a receive completion on the peer's receive CQ).
+//   (and, for a send, a receive completion on the peer's receive CQ); a type-2 window bind (IBV_WR_BIND_MW)
+//   or an invalidation (IBV_WR_LOCAL_INV) only completes. Keys are handed out but never checked:
+//   ibv_reg_mr describes the memory and registers nothing; ibv_alloc_mw (type 2) gives a window a key.
 // - Control path: ibv_create_cq, ibv_create_qp, ibv_create_comp_channel, ibv_get_cq_event... are library
 //   functions that reach the provider through libibverbs' private tables (or the kernel). soft_verbs.cpp
 //   defines them, so an executable linking it (and only such an executable) binds coverbs' calls to those

@@ -274,3 +274,53 @@ TEST_CASE("a coroutine on a strand resumes on its strand", "[soft]") {
   run_all(io);
   CHECK(finished == 1);
 }
+
+TEST_CASE("rebinding a window over its region keeps it counted once; over another region the count moves",
+          "[soft][mw]") {
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 16, 64);
+  constexpr auto rights =
+      cv::access::local_write | cv::access::remote_read | cv::access::remote_write | cv::access::mw_bind;
+  std::vector<std::byte> a_bytes(8192), b_bytes(8192);
+  cv::memory_region a(rig.pd, a_bytes, rights), b(rig.pd, b_bytes, rights);
+  cv::memory_window w(rig.pd, cv::window_type::type2);
+  const std::uint64_t bound_before = cv::window_statistics().windows_bound;
+  const auto bound = [&] { return cv::window_statistics().windows_bound - bound_before; };
+  int finished = 0;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        cv::remote_key key = co_await cv::bind_mw(rig.a, w, a, {0, 4096}, cv::access::remote_read);
+        CHECK(bound() == 1);
+        for (int i = 0; i < 4; ++i) {  // rights and range change, the region stays
+          const auto r = i % 2 ? cv::access::remote_read : cv::access::remote_write;
+          const cv::remote_key next = co_await cv::rebind_mw(rig.a, w, a, {4096, 4096}, r);
+          CHECK((next.rkey >> 8) == (key.rkey >> 8));  // the same window ...
+          CHECK(next.rkey != key.rkey);                // ... with a fresh key
+          CHECK(next.addr == reinterpret_cast<std::uintptr_t>(a_bytes.data()) + 4096);
+          CHECK(w.rights() == r);
+          CHECK(w.key().rkey == next.rkey);
+          CHECK(bound() == 1);
+          key = next;
+        }
+        cv::error_code ec;
+        a.deregister(ec);  // still bound to `a`
+        CHECK(ec == cv::errc::region_has_bound_windows);
+        key = co_await cv::rebind_mw(rig.a, w, b, {0, 4096}, cv::access::remote_read);
+        CHECK(key.addr == reinterpret_cast<std::uintptr_t>(b_bytes.data()));
+        CHECK(bound() == 1);
+        a.deregister(ec);  // `a` has no window now
+        CHECK(ec == cv::error_code{});
+        b.deregister(ec);
+        CHECK(ec == cv::errc::region_has_bound_windows);
+        co_await cv::invalidate(rig.a, w);
+        CHECK(w.state() == cv::window_state::unbound);
+        CHECK(bound() == 0);
+        b.deregister(ec);
+        CHECK(ec == cv::error_code{});
+        ++finished;
+      },
+      asio::detached);
+  run_all(io);
+  CHECK(finished == 1);
+}
