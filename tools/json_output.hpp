@@ -3,6 +3,7 @@
 // (strings escaped, numbers valid JSON), printed as one line on stdout.
 #include <boost/json.hpp>
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -17,8 +18,57 @@ inline double rounded(double x, int decimals) {
   return std::isfinite(x) ? std::round(x * scale) / scale : x;
 }
 
+namespace detail {
+/// Appends `v` to `out`. Boost.JSON 1.81 writes every double in exponent form ("1.99E1"); here a double is
+/// its shortest decimal form (std::to_chars: "19.9", "4286.8", "20"), a non-finite one `null`.
+inline void append(std::string& out, const json::value& v) {
+  switch (v.kind()) {
+  case json::kind::double_: {
+    const double x = v.get_double();
+    char buf[32];
+    if (!std::isfinite(x)) {
+      out += "null";
+      break;
+    }
+    const auto r = std::to_chars(buf, buf + sizeof buf, x);
+    out.append(buf, r.ptr);
+    break;
+  }
+  case json::kind::array: {
+    out += '[';
+    const char* sep = "";
+    for (const json::value& e : v.get_array()) {
+      out += sep;
+      append(out, e);
+      sep = ",";
+    }
+    out += ']';
+    break;
+  }
+  case json::kind::object: {
+    out += '{';
+    const char* sep = "";
+    for (const auto& [key, e] : v.get_object()) {
+      out += sep;
+      out += json::serialize(key);  // escaped
+      out += ':';
+      append(out, e);
+      sep = ",";
+    }
+    out += '}';
+    break;
+  }
+  default: out += json::serialize(v);
+  }
+}
+}  // namespace detail
+
 /// `v` as JSON text on one line.
-inline std::string text(const json::value& v) { return json::serialize(v); }
+inline std::string text(const json::value& v) {
+  std::string out;
+  detail::append(out, v);
+  return out;
+}
 
 /// Prints `v` on stdout as one line and flushes it.
 inline void print(const json::value& v) {

@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -74,4 +75,17 @@ TEST_CASE("JSON output escapes quotes, backslashes and control characters", "[js
   // What any reader gets back: the name as it was.
   CHECK(json::parse(text).at("name").as_string() == "rxe\"0\\x\n");
   CHECK(json::parse(text).at("p99_us").as_double() == 12.346);
+}
+
+TEST_CASE("figures print in decimal form, as a reader expects, and a non-finite one as null", "[cli][unit]") {
+  namespace json = json_output::json;
+  const json::value v = json::object{{"us", json_output::rounded(19.94, 1)},
+                                     {"ns", json::array{4286.8, 20.0, 0.125}},
+                                     {"count", 3},
+                                     {"bad", std::nan("")},
+                                     {"nested", json::object{{"ratio", 1.062}}}};
+  // Boost.JSON itself writes 1.99E1; what the JSON files show is the decimal figure.
+  CHECK(json_output::text(v) ==
+        R"({"us":19.9,"ns":[4286.8,20,0.125],"count":3,"bad":null,"nested":{"ratio":1.062}})");
+  CHECK(json::parse(json_output::text(v)).at("us").as_double() == 19.9);
 }
