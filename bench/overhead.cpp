@@ -179,7 +179,8 @@ struct raw_verbs {
   void write_batch16(int ops) {
     for (int done = 0; done < ops;) {
       const int n = std::min(16, ops - done);
-      for (int i = 0; i + 1 < n; ++i) wr[i].next = &wr[i + 1];
+      for (int i = 0; i + 1 < n; ++i)
+        wr[i].next = &wr[i + 1];
       wr[n - 1].next = nullptr;
       post(a, &wr[0]);
       wait(n);
