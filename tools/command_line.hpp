@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <initializer_list>
 #include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,16 @@ inline int bad(const std::string& prog, const std::string& why) {
   return 2;
 }
 
+/// CLI11's message for an option given without its value ("--op: 1 required TEXT:'a' or 'b' missing") in
+/// plain words: "--op: needs a value: 'a' or 'b'". Any other message is returned as it is.
+inline std::string missing_value(const std::string& what) {
+  static const std::regex form(R"(^(\S+): (\d+) required [A-Z]+(?::(.*))? missing$)");
+  std::smatch m;
+  if (!std::regex_match(what, m, form)) return what;
+  const std::string values = m[2] == "1" ? "a value" : m[2].str() + " values";
+  return m[1].str() + ": needs " + values + (m[3].length() ? ": " + m[3].str() : std::string());
+}
+
 /// Parses the command line with `app`. --help (of the app or of the subcommand given) prints the usage on
 /// stdout; bad input prints what was wrong on stderr, naming the option and what it takes.
 /// @returns the exit status to leave with now (0 after --help, 2 for bad input), or nothing to go on.
@@ -88,6 +99,8 @@ inline std::optional<int> parse(CLI::App& app, int argc, char** argv) {
   } catch (const CLI::CallForHelp&) {
     std::fputs(app.help().c_str(), stdout);
     return 0;
+  } catch (const CLI::ArgumentMismatch& e) {
+    return bad(program(app), missing_value(e.what()));
   } catch (const CLI::ParseError& e) {
     return bad(program(app), e.what());
   }

@@ -88,3 +88,15 @@ TEST_CASE("figures print in decimal form, as a reader expects, and a non-finite 
   CHECK(json_output::text(v) == R"({"us":19.9,"ns":[4286.8,20,0.125],"count":3,"bad":null,"nested":{"ratio":1.062}})");
   CHECK(json::parse(json_output::text(v)).at("us").as_double() == 19.9);
 }
+
+TEST_CASE("an option given without its value says so in plain words, with what it takes", "[command_line]") {
+  CLI::App app{"", "prog"};
+  int n = 0;
+  std::string mode = "spin";
+  app.add_option("--iters", n)->check(command_line::count(2, 100));
+  app.add_option("--mode", mode)->check(command_line::one_of({"spin", "events"}));
+  CHECK(command_line::missing_value(parse(app, {"--mode"})) == "--mode: needs a value: 'spin' or 'events'");
+  CHECK(command_line::missing_value(parse(app, {"--iters"})) == "--iters: needs a value: N 2..100");
+  // Other messages pass through unchanged.
+  CHECK(command_line::missing_value("--mode: takes 'spin' (got 'x')") == "--mode: takes 'spin' (got 'x')");
+}
