@@ -23,7 +23,7 @@ namespace {
 
 const char* const usage =
     "usage: coverbs devices [--json | --windows]\n"
-    "       coverbs reg-latency [--size 4K..1G] [--percentiles 50,99,99.9] [--iters N] [--device NAME]\n"
+    "       coverbs reg-latency [--size 4K..1G] [--percentiles 50,99,99.9] [--iters N] [--device NAME] [--json]\n"
     "       coverbs stress [--size 1G] [--count N] [--threads T] [--device NAME]\n"
     "  devices             list RDMA devices: memory-window types, limits, default GID of port 1\n"
     "  devices --windows   self-test a bind, rebind and invalidation of each window type on each\n"

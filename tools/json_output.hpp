@@ -20,17 +20,22 @@ inline double rounded(double x, int decimals) {
 
 namespace detail {
 /// Appends `v` to `out`. Boost.JSON 1.81 writes every double in exponent form ("1.99E1"); here a double is
-/// its shortest decimal form (std::to_chars: "19.9", "4286.8", "20"), a non-finite one `null`.
+/// its shortest decimal form ("19.9", "4286.8", "20", "1200000000", "0.000012"), a non-finite one `null`.
 inline void append(std::string& out, const json::value& v) {
   switch (v.kind()) {
   case json::kind::double_: {
     const double x = v.get_double();
-    char buf[32];
+    char buf[128];
     if (!std::isfinite(x)) {
       out += "null";
       break;
     }
-    const auto r = std::to_chars(buf, buf + sizeof buf, x);
+    // Fixed notation (shortest digits that read back as `x`) over the range any figure here takes; the
+    // general form, exponent and all, only beyond it.
+    const double a = std::fabs(x);
+    const bool fixed = a == 0 || (a >= 1e-6 && a < 1e21);
+    const auto r = fixed ? std::to_chars(buf, buf + sizeof buf, x, std::chars_format::fixed)
+                         : std::to_chars(buf, buf + sizeof buf, x);
     out.append(buf, r.ptr);
     break;
   }

@@ -80,12 +80,14 @@ TEST_CASE("JSON output escapes quotes, backslashes and control characters", "[js
 TEST_CASE("figures print in decimal form, as a reader expects, and a non-finite one as null", "[cli][unit]") {
   namespace json = json_output::json;
   const json::value v = json::object{{"us", json_output::rounded(19.94, 1)},
-                                     {"ns", json::array{4286.8, 20.0, 0.125}},
+                                     {"ns", json::array{4286.8, 20.0, 0.125, 1e5, 1.2e9, 1.2e-5}},
                                      {"count", 3},
                                      {"bad", std::nan("")},
                                      {"nested", json::object{{"ratio", 1.062}}}};
   // Boost.JSON itself writes 1.99E1; what the JSON files show is the decimal figure.
-  CHECK(json_output::text(v) == R"({"us":19.9,"ns":[4286.8,20,0.125],"count":3,"bad":null,"nested":{"ratio":1.062}})");
+  CHECK(
+      json_output::text(v) ==
+      R"({"us":19.9,"ns":[4286.8,20,0.125,100000,1200000000,0.000012],"count":3,"bad":null,"nested":{"ratio":1.062}})");
   CHECK(json::parse(json_output::text(v)).at("us").as_double() == 19.9);
 }
 
