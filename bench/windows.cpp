@@ -35,10 +35,10 @@
 // rounds (5 by default) alternate the order of the coroutine, handler and re-registration phases.
 #include <coverbs/coverbs.hpp>
 
-#include "cli.hpp"
 #include "../tools/json_output.hpp"
 #include "../tools/progress.hpp"
 #include "../tools/statistics.hpp"
+#include "cli.hpp"
 #include "stamp_clock.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -58,8 +58,8 @@ namespace {
 
 namespace asio = boost::asio;
 namespace cv = coverbs;
-using bench::stamp_clock;
 using asio::awaitable;
+using bench::stamp_clock;
 using ticks = std::uint64_t;
 
 ticks since(ticks t) { return stamp_clock::now() - t; }
@@ -82,8 +82,8 @@ void run(asio::io_context& io, F&& coro) {
 
 /// Durations in cycle-counter ticks.
 struct samples {
-  std::vector<ticks> mw1, mw2, mw2_use_awaitable, mw2_rebind, mw2_event, mw2_handler, raw_mw2, raw_mw2_rebind, rereg, loop_turn,
-      handler_turn;
+  std::vector<ticks> mw1, mw2, mw2_use_awaitable, mw2_rebind, mw2_event, mw2_handler, raw_mw2, raw_mw2_rebind, rereg,
+      loop_turn, handler_turn;
   std::uint64_t bind_polls = 0, binds = 0, rebind_polls = 0, rebinds = 0;  // ibv_poll_cq calls of the busy queue
 };
 
@@ -383,12 +383,10 @@ int main(int argc, char** argv) {
     // Each ratio is the median of its per-round values, each from that round's own medians: the rounds follow
     // each other closely, so the machine's drift between them mostly cancels out of a round's ratio (a ratio
     // of medians pooled over all rounds can even fall outside the rounds' range). The spread stays beside it.
-    std::vector<std::pair<const char*, spread>> spreads{{"mw_vs_rereg_speedup", {}},
-                                                        {"mw_ceiling", {}},
-                                                        {"mw_speedup_of_ceiling", {}},
-                                                        {"bind_overhead_ratio", {}},
-                                                        {"bind_overhead_ratio_handler", {}},
-                                                        {"bind_overhead_ratio_use_awaitable", {}}};
+    std::vector<std::pair<const char*, spread>> spreads{
+        {"mw_vs_rereg_speedup", {}},         {"mw_ceiling", {}},
+        {"mw_speedup_of_ceiling", {}},       {"bind_overhead_ratio", {}},
+        {"bind_overhead_ratio_handler", {}}, {"bind_overhead_ratio_use_awaitable", {}}};
     for (const samples& r : per_round) {
       const double r_rereg = median_us(r.rereg), r_rebind = median_us(r.mw2_rebind),
                    r_raw_rebind = median_us(r.raw_mw2_rebind), r_raw = median_us(r.raw_mw2);
