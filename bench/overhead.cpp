@@ -4,7 +4,8 @@
 // test/support/soft_verbs.hpp, which completes every work request at once inside ibv_post_send; the floor
 // is a raw-verbs loop (ibv_post_send, then ibv_poll_cq until the completion) over the same device.
 //
-//   bench_overhead [--size BYTES] [--ops N] [--batches N] [--mode events|spin] [--op write|sendrecv|rebind] [--json]
+//   bench_overhead [--size BYTES] [--ops N] [--batches N] [--mode events|spin]
+//                  [--op write|sendrecv|bind|rebind] [--json]
 //
 // --op runs one op's ways alone (every op by default), e.g. to count its instructions with perf stat.
 //
@@ -12,7 +13,9 @@
 // warm-up); ns/op of a batch = its wall time / --ops. Figures per way (median and 99th percentile over
 // the batches): {op}_{way}_ns_median, {op}_{way}_ns_p99, and {op}_{way}_over_raw_ns = its median minus
 // the raw loop's median. op: write (an RDMA write of --size bytes), sendrecv (a receive posted, then a
-// send of --size bytes consuming it: two work requests and two completions), rebind (rebind_mw of a bound
+// send of --size bytes consuming it: two work requests and two completions), bind (bind_mw of an unbound
+// type-2 window over 4 KiB, then invalidate of its key: a BIND_MW and a LOCAL_INV posted one after the
+// other, two completions, with the window's bookkeeping of a first bind), rebind (rebind_mw of a bound
 // type-2 window to other rights: a LOCAL_INV chained to a BIND_MW, two completions, with the window's
 // bookkeeping; its raw floor posts the same chain). way:
 //   raw            post + poll on the software device, no coverbs
@@ -26,9 +29,9 @@
 // Targets: write use_awaitable <= raw + 150 ns, callback <= raw + 60 ns (target_* in the JSON).
 #include <coverbs/coverbs.hpp>
 
-#include "cli.hpp"
 #include "../test/support/soft_pair.hpp"
 #include "../tools/json_output.hpp"
+#include "cli.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -63,7 +66,7 @@ struct config {
 };
 
 constexpr const char* usage_text =
-    "[--size BYTES] [--ops N] [--batches N] [--mode events|spin] [--op write|sendrecv|rebind] [--json]";
+    "[--size BYTES] [--ops N] [--batches N] [--mode events|spin] [--op write|sendrecv|bind|rebind] [--json]";
 
 config parse(int argc, char** argv) {
   config c;
@@ -75,7 +78,7 @@ config parse(int argc, char** argv) {
   app.add_option("--ops", c.ops)->check(command_line::count(16, 1'000'000));
   app.add_option("--batches", c.batches)->check(command_line::count(10, 100'000));
   app.add_option("--mode", c.mode)->check(command_line::one_of({"events", "spin"}));
-  app.add_option("--op", c.op)->check(command_line::one_of({"write", "sendrecv", "rebind"}));
+  app.add_option("--op", c.op)->check(command_line::one_of({"write", "sendrecv", "bind", "rebind"}));
   app.add_flag("--json", c.json);
   bench::parse(app, argc, argv);
   return c;
@@ -187,6 +190,28 @@ struct raw_verbs {
       done += n;
     }
     wr[0].next = nullptr;
+  }
+  /// A BIND_MW of the unbound window with the next key, then LOCAL_INV of that key: as bind_mw, then invalidate.
+  void bind_invalidate(ibv_mw* mw, ibv_mr* mr, int ops) {
+    ibv_send_wr bind{}, inv{};
+    bind.opcode = IBV_WR_BIND_MW;
+    bind.send_flags = IBV_SEND_SIGNALED;
+    bind.bind_mw.mw = mw;
+    bind.bind_mw.bind_info.mr = mr;
+    bind.bind_mw.bind_info.addr = reinterpret_cast<std::uintptr_t>(mr->addr);
+    bind.bind_mw.bind_info.length = 4096;
+    bind.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ;
+    inv.opcode = IBV_WR_LOCAL_INV;
+    inv.send_flags = IBV_SEND_SIGNALED;
+    for (int i = 0; i < ops; ++i) {
+      bind.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+      post(a, &bind);
+      wait(1);
+      mw->rkey = bind.bind_mw.rkey;
+      inv.invalidate_rkey = mw->rkey;
+      post(a, &inv);
+      wait(1);
+    }
   }
   /// LOCAL_INV of the window's key chained to a BIND_MW with the next key, as rebind_mw posts it.
   void rebind(ibv_mw* mw, ibv_mr* mr, int ops) {
@@ -307,6 +332,42 @@ void await_rebinds(asio::io_context& io, soft_verbs::soft_pair& rig, cv::memory_
   run(io);
 }
 
+/// bind_mw of an unbound window, then invalidate of its key (the default token), `ops` times.
+void await_binds(asio::io_context& io, soft_verbs::soft_pair& rig, cv::memory_window& w, cv::memory_region& mr,
+                 int ops) {
+  asio::co_spawn(
+      io,
+      [&, ops]() -> asio::awaitable<void> {
+        for (int i = 0; i < ops; ++i) {
+          co_await cv::bind_mw(rig.a, w, mr, {0, 4096}, cv::access::remote_read);
+          co_await cv::invalidate(rig.a, w);
+        }
+      },
+      [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+      });
+  run(io);
+}
+
+/// A bind whose completion handler invalidates the key, whose handler starts the next bind while any is left.
+struct bind_chain {
+  soft_verbs::soft_pair* rig;
+  cv::memory_window* w;
+  cv::memory_region* mr;
+  int* to_start;
+  void start() const {
+    --*to_start;
+    cv::bind_mw(rig->a, *w, *mr, {0, 4096}, cv::access::remote_read, *this);
+  }
+  void operator()(cv::error_code ec, cv::remote_key) const {
+    check(ec, "bind_mw");
+    cv::invalidate(rig->a, *w, [self = *this](cv::error_code e) {
+      check(e, "invalidate");
+      if (*self.to_start > 0) self.start();
+    });
+  }
+};
+
 /// A rebind whose completion handler starts the next while any is left to start.
 struct rebind_chain {
   soft_verbs::soft_pair* rig;
@@ -321,6 +382,24 @@ struct rebind_chain {
     check(ec, "rebind_mw");
     if (*to_start > 0) start();
   }
+};
+
+/// A type-2 window over a 4 KiB region of its own (whatever --size says), and a raw-verbs window beside it.
+struct window_setup {
+  static constexpr auto rights =
+      cv::access::local_write | cv::access::remote_read | cv::access::remote_write | cv::access::mw_bind;
+  std::vector<std::byte> bytes = std::vector<std::byte>(4096);
+  cv::memory_region mr;
+  cv::memory_window window;
+  ibv_mw* raw;
+  explicit window_setup(cv::protection_domain& pd)
+      : mr(pd, bytes, rights), window(pd, cv::window_type::type2),
+        raw(ibv_alloc_mw(pd.native_handle(), IBV_MW_TYPE_2)) {
+    if (!raw) fail("ibv_alloc_mw", "no memory");
+  }
+  window_setup(const window_setup&) = delete;
+  window_setup& operator=(const window_setup&) = delete;
+  ~window_setup() { ibv_dealloc_mw(raw); }
 };
 
 struct result {
@@ -357,7 +436,8 @@ int main(int argc, char** argv) {
     add("write", "batch16", [&](int ops) {
       int to_start = ops;
       const write_chain chain{&rig, size, &to_start};
-      for (int i = 0; i < 16; ++i) chain.start();
+      for (int i = 0; i < 16; ++i)
+        chain.start();
       run(io);
     });
     add("sendrecv", "raw", [&](int ops) { raw.sendrecv(ops); });
@@ -367,28 +447,30 @@ int main(int argc, char** argv) {
       run(io);
     });
 
-    if (c.op.empty() || c.op == "rebind") {
-      // Windows over 4 KiB of a region (whatever --size says), bound once before the rebinds.
-      constexpr auto rights =
-          cv::access::local_write | cv::access::remote_read | cv::access::remote_write | cv::access::mw_bind;
-      std::vector<std::byte> window_bytes(4096);
-      cv::memory_region mr(rig.pd, window_bytes, rights);
-      cv::memory_window window(rig.pd, cv::window_type::type2);
-      ibv_mw* raw_window = ibv_alloc_mw(rig.pd.native_handle(), IBV_MW_TYPE_2);
-      if (!raw_window) fail("ibv_alloc_mw", "no memory");
-      cv::bind_mw(rig.a, window, mr, {0, 4096}, cv::access::remote_read,
-                  [](cv::error_code ec, cv::remote_key) { check(ec, "bind_mw"); });
-      run(io);
-      add("rebind", "raw", [&](int ops) { raw.rebind(raw_window, mr.native_handle(), ops); });
-      add("rebind", "callback", [&](int ops) {
+    if (c.op.empty() || c.op == "bind") {
+      window_setup u(rig.pd);
+      add("bind", "raw", [&](int ops) { raw.bind_invalidate(u.raw, u.mr.native_handle(), ops); });
+      add("bind", "callback", [&](int ops) {
         int to_start = ops;
-        rebind_chain{&rig, &window, &mr, &to_start}.start();
+        bind_chain{&rig, &u.window, &u.mr, &to_start}.start();
         run(io);
       });
-      add("rebind", "deferred", [&](int ops) { await_rebinds(io, rig, window, mr, ops); });
-      cv::invalidate(rig.a, window, [](cv::error_code ec) { check(ec, "invalidate"); });
+      add("bind", "deferred", [&](int ops) { await_binds(io, rig, u.window, u.mr, ops); });
+    }
+    if (c.op.empty() || c.op == "rebind") {
+      window_setup u(rig.pd);  // bound once before the rebinds
+      cv::bind_mw(rig.a, u.window, u.mr, {0, 4096}, cv::access::remote_read,
+                  [](cv::error_code ec, cv::remote_key) { check(ec, "bind_mw"); });
       run(io);
-      ibv_dealloc_mw(raw_window);
+      add("rebind", "raw", [&](int ops) { raw.rebind(u.raw, u.mr.native_handle(), ops); });
+      add("rebind", "callback", [&](int ops) {
+        int to_start = ops;
+        rebind_chain{&rig, &u.window, &u.mr, &to_start}.start();
+        run(io);
+      });
+      add("rebind", "deferred", [&](int ops) { await_rebinds(io, rig, u.window, u.mr, ops); });
+      cv::invalidate(rig.a, u.window, [](cv::error_code ec) { check(ec, "invalidate"); });
+      run(io);
     }
 
     const auto median_of = [&](const std::string& op, const std::string& way) {
@@ -398,7 +480,7 @@ int main(int argc, char** argv) {
     };
     const auto r1 = [](double x) { return json_output::rounded(x, 1); };
     if (c.json) {
-      json_output::json::object o{{"where", "host"}, {"device", "software"}, {"mode", c.mode},
+      json_output::json::object o{{"where", "host"}, {"device", "software"},   {"mode", c.mode},
                                   {"size", size},    {"ops_per_batch", c.ops}, {"batches", c.batches}};
       for (const result& r : results) {
         const std::string key = r.op + "_" + r.way;

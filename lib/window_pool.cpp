@@ -120,7 +120,7 @@ struct hold_cancellation {
     auto s = state.lock();
     if (!s) return;
     waiter->cancelled = true;
-    if (s->state == lease_state::phase::active) counters().leases_revoked.fetch_add(1, relaxed);
+    if (s->state == lease_state::phase::active) count(window_counter::leases_revoked);
     start_revoke(s, boost::asio::error::operation_aborted);
   }
 };
@@ -132,7 +132,7 @@ void arm_ttl(const std::shared_ptr<lease_state>& s, std::chrono::steady_clock::d
   s->timer.async_wait([weak = std::weak_ptr<lease_state>(s)](error_code ec) {
     auto s = weak.lock();
     if (ec || !s || s->state != lease_state::phase::active) return;
-    counters().leases_expired.fetch_add(1, relaxed);
+    count(window_counter::leases_expired);
     start_revoke(s, errc::lease_expired);
   });
 }
@@ -158,7 +158,7 @@ void start_lease(const std::shared_ptr<pool_impl>& pool, queue_pair& qp, const m
                 s->window.impl()->on_remote_invalidation = &on_peer_invalidation;
                 s->window.impl()->hook_context = s.get();
                 arm_ttl(s, ttl);
-                counters().leases_granted.fetch_add(1, relaxed);
+                count(window_counter::leases_granted);
                 post_completion(std::move(h), s->qp->get_executor(), error_code{}, window_lease(s));
               }));
 }
@@ -176,7 +176,7 @@ void add_waiter(const std::shared_ptr<lease_state>& s, const queue_pair::executo
     auto slot = boost::asio::get_associated_cancellation_slot(w.handler);
     if (slot.is_connected()) slot.template emplace<hold_cancellation>(hold_cancellation{s, &w});
   } else if (s->state == lease_state::phase::active) {
-    counters().leases_revoked.fetch_add(1, relaxed);
+    count(window_counter::leases_revoked);
     start_revoke(s, boost::asio::error::operation_aborted);
   }
 }
@@ -215,7 +215,7 @@ std::optional<std::chrono::steady_clock::time_point> window_lease::expires_at() 
 
 void window_lease::revoke() noexcept {
   if (!active()) return;
-  detail::counters().leases_revoked.fetch_add(1, detail::relaxed);
+  detail::count(detail::window_counter::leases_revoked);
   try {
     detail::start_revoke(state_, boost::asio::error::operation_aborted);
   } catch (...) {

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <utility>
@@ -21,7 +22,7 @@ namespace {
 struct soft_qp;
 
 struct soft_channel {
-  ibv_comp_channel channel{};  // first: the ibv_comp_channel* is a soft_channel*
+  ibv_comp_channel channel{};                       // first: the ibv_comp_channel* is a soft_channel*
   std::deque<std::pair<ibv_cq*, unsigned>> events;  // queued events, consecutive ones of a CQ counted together
   bool empty() const noexcept { return events.empty(); }
 };
@@ -73,9 +74,7 @@ struct device::state {
 
 namespace {
 
-device::state* state_of(ibv_context* ctx) noexcept {
-  return reinterpret_cast<soft_context*>(ctx)->owner;
-}
+device::state* state_of(ibv_context* ctx) noexcept { return reinterpret_cast<soft_context*>(ctx)->owner; }
 soft_cq* soft(ibv_cq* cq) noexcept { return reinterpret_cast<soft_cq*>(cq); }
 soft_qp* soft(ibv_qp* qp) noexcept { return reinterpret_cast<soft_qp*>(qp); }
 soft_channel* soft(ibv_comp_channel* ch) noexcept { return reinterpret_cast<soft_channel*>(ch); }
@@ -100,8 +99,7 @@ void push(soft_cq* cq, const ibv_wc& wc, soft_qp* qp, bool send) {
   }
 }
 
-ibv_wc completion(const soft_qp* qp, std::uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode op,
-                  std::uint32_t bytes) {
+ibv_wc completion(const soft_qp* qp, std::uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode op, std::uint32_t bytes) {
   ibv_wc wc{};
   wc.wr_id = wr_id;
   wc.status = status;
@@ -119,7 +117,8 @@ soft_qp* peer_of(soft_qp* qp) noexcept {
 
 std::uint32_t gather_length(const ibv_send_wr& wr) noexcept {
   std::uint32_t n = 0;
-  for (int i = 0; i < wr.num_sge; ++i) n += wr.sg_list[i].length;
+  for (int i = 0; i < wr.num_sge; ++i)
+    n += wr.sg_list[i].length;
   return n;
 }
 
@@ -146,8 +145,7 @@ void deliver(soft_qp* to, const unsigned char* data, std::uint32_t len) {
 /// Flushes the posted receives of a queue pair entering the error state.
 void flush_recvs(soft_qp* qp) {
   while (!qp->recvs.empty()) {
-    push(soft(qp->qp.recv_cq), completion(qp, qp->recvs.front().wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0), qp,
-         false);
+    push(soft(qp->qp.recv_cq), completion(qp, qp->recvs.front().wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0), qp, false);
     qp->recvs.pop_front();
     qp->recv_sges.pop_front();
   }
@@ -175,9 +173,7 @@ ibv_wc_status execute(soft_qp* qp, const ibv_send_wr& wr) {
     return s->fail_status;
   }
   switch (wr.opcode) {
-  case IBV_WR_RDMA_WRITE:
-    gather(wr, reinterpret_cast<unsigned char*>(wr.wr.rdma.remote_addr));
-    return IBV_WC_SUCCESS;
+  case IBV_WR_RDMA_WRITE: gather(wr, reinterpret_cast<unsigned char*>(wr.wr.rdma.remote_addr)); return IBV_WC_SUCCESS;
   case IBV_WR_RDMA_READ:
     for (int i = 0, off = 0; i < wr.num_sge; off += wr.sg_list[i].length, ++i)
       std::memcpy(reinterpret_cast<void*>(wr.sg_list[i].addr),
@@ -390,8 +386,23 @@ int ibv_dealloc_pd(ibv_pd* pd) {
 
 // A region is its description alone: the device checks no keys. libibverbs' ibv_reg_mr macro calls ibv_reg_mr
 // or ibv_reg_mr_iova2 depending on whether the access flags are a constant; both are here.
+// Deregistered region descriptions are handed out again, the last one first (as a provider's allocator
+// may): a new region then has the ibv_mr address of the one deregistered before it, on every build —
+// sanitizers' allocators would otherwise keep freed blocks out of use.
+static std::mutex freed_regions_mutex;
+static std::vector<ibv_mr*> freed_regions;
+
 ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t, unsigned int) {
-  auto* mr = new_object<ibv_mr>();
+  ibv_mr* mr = nullptr;
+  {
+    std::lock_guard lock(freed_regions_mutex);
+    if (!freed_regions.empty()) {
+      mr = freed_regions.back();
+      freed_regions.pop_back();
+      *mr = {};
+    }
+  }
+  if (!mr) mr = new_object<ibv_mr>();
   if (!mr) return nullptr;
   mr->context = pd->context;
   mr->pd = pd;
@@ -404,7 +415,12 @@ ibv_mr*(ibv_reg_mr)(ibv_pd* pd, void* addr, size_t length, int access) {
   return ibv_reg_mr_iova2(pd, addr, length, reinterpret_cast<std::uintptr_t>(addr), static_cast<unsigned>(access));
 }
 int ibv_dereg_mr(ibv_mr* mr) {
-  delete mr;
+  try {
+    std::lock_guard lock(freed_regions_mutex);
+    freed_regions.push_back(mr);
+  } catch (...) {
+    delete mr;
+  }
   return 0;
 }
 

@@ -17,7 +17,9 @@
 
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <stdexcept>
+#include <thread>
 #include <tuple>
 
 namespace cv = coverbs;
@@ -34,13 +36,13 @@ void run_all(asio::io_context& io) {
 
 /// Fills `bytes` with a pattern that differs per operation.
 void pattern(std::span<std::byte> bytes, int seed) {
-  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::byte(static_cast<unsigned char>(seed * 31 + i));
+  for (std::size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = std::byte(static_cast<unsigned char>(seed * 31 + i));
 }
 
 }  // namespace
 
-TEST_CASE("writes complete with success and their lengths, on the queue's executor, never inside the call",
-          "[soft]") {
+TEST_CASE("writes complete with success and their lengths, on the queue's executor, never inside the call", "[soft]") {
   asio::io_context io;
   soft_verbs::soft_pair rig(io, 16, 4096);
   constexpr int n = 200;
@@ -86,8 +88,8 @@ TEST_CASE("a write moves its bytes and a coroutine resumes on the queue's execut
         CHECK(std::memcmp(rig.local.data(), rig.remote.data(), 200) == 0);
 
         pattern(rig.local, 3);
-        auto [ec, m] = co_await rig.a.async_write(rig.local_span(256), rig.remote_key(256),
-                                                   asio::as_tuple(asio::use_awaitable));
+        auto [ec, m] =
+            co_await rig.a.async_write(rig.local_span(256), rig.remote_key(256), asio::as_tuple(asio::use_awaitable));
         CHECK(ec == cv::error_code{});
         CHECK(m == 256);
         CHECK(std::memcmp(rig.local.data(), rig.remote.data(), 256) == 0);
@@ -145,8 +147,7 @@ TEST_CASE("a failed completion reaches its handler as its wc_errc, and what foll
   CHECK(other == cv::error_code{});
 }
 
-TEST_CASE("a send consumes the peer's receive; a completion that lands on an armed queue wakes the loop",
-          "[soft]") {
+TEST_CASE("a send consumes the peer's receive; a completion that lands on an armed queue wakes the loop", "[soft]") {
   asio::io_context io;
   soft_verbs::soft_pair rig(io, 8, 512);
   cv::received got;
@@ -268,6 +269,82 @@ TEST_CASE("a coroutine on a strand resumes on its strand", "[soft]") {
           (void)co_await rig.a.async_write(rig.local_span(8), rig.remote_key(8), asio::use_awaitable);
           CHECK(strand.running_in_this_thread());
         }
+        ++finished;
+      },
+      asio::detached);
+  run_all(io);
+  CHECK(finished == 1);
+}
+
+TEST_CASE("window statistics keep what threads that have ended counted", "[soft][mw]") {
+  // Each thread counts in a block of its own; its counts must outlive it.
+  const cv::window_counters before = cv::window_statistics();
+  constexpr int binds = 5;
+  int finished = 0;
+  std::thread t([&] {
+    asio::io_context io;
+    soft_verbs::soft_pair rig(io, 16, 64);
+    std::vector<std::byte> bytes(4096);
+    cv::memory_region mr(rig.pd, bytes, cv::access::local_write | cv::access::remote_read | cv::access::mw_bind);
+    cv::memory_window w(rig.pd, cv::window_type::type2);
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          for (int i = 0; i < binds; ++i) {
+            co_await cv::bind_mw(rig.a, w, mr, {0, 4096}, cv::access::remote_read);
+            co_await cv::invalidate(rig.a, w);
+          }
+          ++finished;
+        },
+        asio::detached);
+    io.run();
+  });
+  t.join();
+  REQUIRE(finished == 1);
+  const cv::window_counters after = cv::window_statistics();
+  CHECK(after.binds - before.binds == binds);
+  CHECK(after.invalidations - before.invalidations == binds);
+  CHECK(after.windows_allocated == before.windows_allocated);  // the thread's window was deallocated there
+  CHECK(after.windows_bound == before.windows_bound);
+}
+
+TEST_CASE("a region registered where a deregistered one was counts its windows afresh", "[soft][mw]") {
+  // A window remembers the count of the region it was bound to last; a new region can get the ibv_mr of a
+  // deregistered one (the allocator hands the same block back), and its binds must count for the new region.
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 16, 64);
+  constexpr auto rights = cv::access::local_write | cv::access::remote_read | cv::access::mw_bind;
+  std::vector<std::byte> bytes(8192);
+  cv::memory_window w(rig.pd, cv::window_type::type2), other(rig.pd, cv::window_type::type2);
+  const std::uint64_t bound_before = cv::window_statistics().windows_bound;
+  const auto bound = [&] { return cv::window_statistics().windows_bound - bound_before; };
+  int finished = 0;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        std::optional<cv::memory_region> first;
+        first.emplace(rig.pd, bytes, rights);
+        const ibv_mr* old_mr = first->native_handle();
+        co_await cv::bind_mw(rig.a, w, *first, {0, 4096}, cv::access::remote_read);
+        co_await cv::bind_mw(rig.a, other, *first, {0, 4096}, cv::access::remote_read);
+        CHECK(bound() == 2);
+        co_await cv::invalidate(rig.a, w);
+        co_await cv::invalidate(rig.a, other);
+        CHECK(bound() == 0);
+        cv::error_code ec;
+        first->deregister(ec);
+        REQUIRE(ec == cv::error_code{});
+        first.reset();
+        cv::memory_region second(rig.pd, bytes, rights);  // the soft device hands the freed ibv_mr back
+        REQUIRE(second.native_handle() == old_mr);        // the case this test is about
+        co_await cv::bind_mw(rig.a, w, second, {0, 4096}, cv::access::remote_read);
+        CHECK(bound() == 1);
+        second.deregister(ec);
+        CHECK(ec == cv::errc::region_has_bound_windows);
+        co_await cv::invalidate(rig.a, w);
+        CHECK(bound() == 0);
+        second.deregister(ec);
+        CHECK(ec == cv::error_code{});
         ++finished;
       },
       asio::detached);
