@@ -15,12 +15,15 @@
 //   *_bw       the client keeps `tx-depth` operations in flight; reports bytes/s and message rate.
 // --mode: spin (busy-polling CQ, like perftest's default), events (sleep on the completion channel, like
 // perftest -e), adaptive (spin 50 us, then sleep).
-// --token: how read_lat awaits each read: the default token (deferred) or use_awaitable.
+// --way: how read_lat runs each read: awaited with the default token (deferred) or use_awaitable, with a
+// completion handler that starts the next read, or raw: ibv_post_send and a busy ibv_poll_cq on the same
+// queue pair and completion queue, no coverbs on the path — this process's floor, to hold against
+// ib_read_lat's (what separates the two processes) and against coverbs' (what the runtime adds).
 #include <coverbs/coverbs.hpp>
 
-#include "cli.hpp"
 #include "../tools/json_output.hpp"
 #include "../tools/statistics.hpp"
+#include "cli.hpp"
 #include "stamp_clock.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -31,12 +34,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <new>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,30 +59,34 @@ struct config {
   std::string mode = "spin";
   std::string device;
   bool json = false;
-  std::string token = "default";
+  std::string way = "default";
 };
 
 constexpr const char* usage_text =
     "--test write_lat|read_lat|send_lat|write_bw|read_bw|send_bw [--size BYTES] [--iters N] [--tx-depth N] "
-    "[--mode spin|events|adaptive] [--token default|use_awaitable] [--device NAME] [--json]";
+    "[--mode spin|events|adaptive] [--way default|use_awaitable|handler|raw] [--device NAME] [--json]";
 
 config parse(int argc, char** argv) {
   config c;
   CLI::App app{"", "bench_datapath"};
-  bench::describe(app, usage_text,
-                  "RDMA write, read and send latency and bandwidth through coverbs, measured as perftest measures them.");
-  app.add_option("--test", c.test)->check(command_line::one_of({"write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "send_bw"}));
+  bench::describe(
+      app, usage_text,
+      "RDMA write, read and send latency and bandwidth through coverbs, measured as perftest measures them.");
+  app.add_option("--test", c.test)
+      ->check(command_line::one_of({"write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "send_bw"}));
   app.add_option("--size", c.size)->transform(command_line::size(1, 1ull << 30));
   app.add_option("--iters", c.iters)->check(command_line::count(2, 100'000'000));
   app.add_option("--tx-depth", c.tx_depth)->check(command_line::count(1, 8192));
   app.add_option("--mode", c.mode)->check(command_line::one_of({"spin", "events", "adaptive"}));
-  app.add_option("--token", c.token, "read_lat only: await each read with the default token (deferred) or use_awaitable")
-      ->check(command_line::one_of({"default", "use_awaitable"}));
+  app.add_option("--way", c.way,
+                 "read_lat only: await each read with the default token (deferred) or use_awaitable, complete it "
+                 "with a handler, or post and poll it as raw verbs on the same queue pair (no coverbs)")
+      ->check(command_line::one_of({"default", "use_awaitable", "handler", "raw"}));
   app.add_option("--device", c.device);
   app.add_flag("--json", c.json);
   bench::parse(app, argc, argv);
-  if (c.token != "default" && c.test != "read_lat")
-    bench::usage_error(app, "--token applies to --test read_lat only (the other tests complete with handlers); "
+  if (c.way != "default" && c.test != "read_lat")
+    bench::usage_error(app, "--way applies to --test read_lat only (the other tests complete with handlers); "
                             "drop it or use --test read_lat");
   if (c.test.ends_with("_lat") && c.size < 2 && c.test != "read_lat") c.size = 2;
   return c;
@@ -192,24 +199,73 @@ result write_lat(side& client, side& server, const config& c) {
   return r;
 }
 
+/// Raw verbs: `iters` reads of `size` bytes on the client's queue pair, each posted and busy-polled from its
+/// completion queue as ib_read_lat does; each read's full time in ticks.
+std::vector<std::uint64_t> raw_reads(side& client, side& server, const config& c) {
+  ibv_sge sge{};
+  sge.addr = reinterpret_cast<std::uintptr_t>(client.bytes.data());
+  sge.length = static_cast<std::uint32_t>(c.size);
+  sge.lkey = client.mr.native_handle()->lkey;
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = server.key().addr;
+  wr.wr.rdma.rkey = server.key().rkey;
+  ibv_qp* qp = client.qp.native_handle();
+  ibv_cq* cq = client.cq.native_handle();
+  std::vector<std::uint64_t> ticks;
+  ticks.reserve(static_cast<std::size_t>(c.iters));
+  for (int i = 0; i < c.iters; ++i) {
+    const auto t0 = stamp_clock::now();
+    if (const int rc = ibv_post_send(qp, &wr, &bad)) throw cv::system_error(cv::errno_code(rc), "ibv_post_send(READ)");
+    ibv_wc wc{};
+    int got = 0;
+    while ((got = ibv_poll_cq(cq, 1, &wc)) == 0) {
+    }
+    if (got < 0 || wc.status != IBV_WC_SUCCESS)
+      throw cv::system_error(got < 0 ? cv::errno_code(EIO) : cv::make_error_code(wc.status), "raw read");
+    ticks.push_back(stamp_clock::now() - t0);
+  }
+  return ticks;
+}
+
 /// Read latency: each read's full time, the server passive.
 result read_lat(side& client, side& server, const config& c) {
   result r;
   std::exception_ptr e;
   stamp_clock clock;
   std::vector<std::uint64_t> ticks;
-  auto reader = [&]() -> awaitable<void> {
-    for (int i = 0; i < c.iters; ++i) {
-      const auto t0 = stamp_clock::now();
-      if (c.token == "use_awaitable")
-        co_await client.qp.async_read(client.span(0, c.size), server.key(), asio::use_awaitable);
-      else
-        co_await client.qp.async_read(client.span(0, c.size), server.key());
-      ticks.push_back(stamp_clock::now() - t0);
-    }
-  };
-  run_in(client, reader, e);
-  if (e) std::rethrow_exception(e);
+  ticks.reserve(static_cast<std::size_t>(c.iters));
+  if (c.way == "raw") {
+    ticks = raw_reads(client, server, c);
+  } else if (c.way == "handler") {
+    std::uint64_t t0 = 0;
+    std::function<void()> next = [&] {
+      t0 = stamp_clock::now();
+      client.qp.async_read(client.span(0, c.size), server.key(), [&](cv::error_code ec, std::size_t) {
+        if (ec) throw cv::system_error(ec, "read_lat");
+        ticks.push_back(stamp_clock::now() - t0);
+        if (ticks.size() < static_cast<std::size_t>(c.iters)) next();
+      });
+    };
+    next();
+    client.io.run();
+  } else {
+    auto reader = [&]() -> awaitable<void> {
+      for (int i = 0; i < c.iters; ++i) {
+        const auto t0 = stamp_clock::now();
+        if (c.way == "use_awaitable")
+          co_await client.qp.async_read(client.span(0, c.size), server.key(), asio::use_awaitable);
+        else
+          co_await client.qp.async_read(client.span(0, c.size), server.key());
+        ticks.push_back(stamp_clock::now() - t0);
+      }
+    };
+    run_in(client, reader, e);
+    if (e) std::rethrow_exception(e);
+  }
   const double scale = clock.us_per_tick();
   for (auto t : ticks)
     r.samples_us.push_back(static_cast<double>(t) * scale);
@@ -367,15 +423,16 @@ int main(int argc, char** argv) {
       const double bps = static_cast<double>(r.bytes) / r.seconds,
                    mpps = static_cast<double>(r.messages) / r.seconds / 1e6;
       if (c.json)
-        json_output::print(json_output::json::object{{"test", c.test},
-                                                     {"mode", c.mode},
-                                                     {"bytes", c.size},
-                                                     {"iterations", c.iters},
-                                                     {"tx_depth", c.tx_depth},
-                                                     {"bytes_per_second", json_output::rounded(bps, 1)},
-                                                     {"msg_rate_mpps", json_output::rounded(mpps, 6)},
-                                                     {"client_polls_per_op", json_output::rounded(polls_per_op, 3)},
-                                                     {"client_completions_per_op", json_output::rounded(completions_per_op, 3)}});
+        json_output::print(
+            json_output::json::object{{"test", c.test},
+                                      {"mode", c.mode},
+                                      {"bytes", c.size},
+                                      {"iterations", c.iters},
+                                      {"tx_depth", c.tx_depth},
+                                      {"bytes_per_second", json_output::rounded(bps, 1)},
+                                      {"msg_rate_mpps", json_output::rounded(mpps, 6)},
+                                      {"client_polls_per_op", json_output::rounded(polls_per_op, 3)},
+                                      {"client_completions_per_op", json_output::rounded(completions_per_op, 3)}});
       else
         std::printf("%-9s %-8s %8zu B %8d iters  %10.2f MiB/s  %8.4f Mpps\n", c.test.c_str(), c.mode.c_str(), c.size,
                     c.iters, bps / 1048576.0, mpps);
