@@ -389,8 +389,9 @@ int ibv_dealloc_pd(ibv_pd* pd) {
 // Deregistered region descriptions are handed out again, the last one first (as a provider's allocator
 // may): a new region then has the ibv_mr address of the one deregistered before it, on every build —
 // sanitizers' allocators would otherwise keep freed blocks out of use.
+// Never destroyed, so the descriptions stay reachable to the end (no leak reported at exit).
 static std::mutex freed_regions_mutex;
-static std::vector<ibv_mr*> freed_regions;
+static std::vector<ibv_mr*>& freed_regions = *new std::vector<ibv_mr*>;
 
 ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t, unsigned int) {
   ibv_mr* mr = nullptr;
