@@ -2,9 +2,9 @@
 // perftest measures them, so the figures sit side by side with ib_write_lat, ib_read_lat, ib_send_lat
 // and ib_write_bw in the same run.
 //
-//   bench_datapath --test write_lat|read_lat|send_lat|write_bw|read_bw|send_bw
+//   bench_datapath [--test write_lat|read_lat|send_lat|write_bw|read_bw|send_bw] (default write_lat)
 //                  [--size BYTES] [--iters N] [--tx-depth N] [--mode spin|events|adaptive]
-//                  [--device NAME] [--json]
+//                  [--way default|use_awaitable|handler|raw|interleaved] [--device NAME] [--json]
 //
 // Two threads, each with its own io_context, completion queue and RC queue pair, connected to each other
 // on one device (like perftest's server and client processes):
@@ -18,7 +18,11 @@
 // --way: how read_lat runs each read: awaited with the default token (deferred) or use_awaitable, with a
 // completion handler that starts the next read, or raw: ibv_post_send and a busy ibv_poll_cq on the same
 // queue pair and completion queue, no coverbs on the path — this process's floor, to hold against
-// ib_read_lat's (what separates the two processes) and against coverbs' (what the runtime adds).
+// ib_read_lat's (what separates the two processes) and against coverbs' (what the runtime adds) — or
+// interleaved: each iteration one raw read and one co_await'ed read (default token) on the same queue pair,
+// which goes first alternating, so both see the same moments of the machine; t_* are the awaited reads',
+// raw_t_* the raw ones', and ratio_to_raw = t_typical / raw_t_typical: the runtime's share of a read that a
+// slow phase of the emulator (it slows every process alike for seconds) cannot move.
 #include <coverbs/coverbs.hpp>
 
 #include "../tools/json_output.hpp"
@@ -63,8 +67,9 @@ struct config {
 };
 
 constexpr const char* usage_text =
-    "--test write_lat|read_lat|send_lat|write_bw|read_bw|send_bw [--size BYTES] [--iters N] [--tx-depth N] "
-    "[--mode spin|events|adaptive] [--way default|use_awaitable|handler|raw] [--device NAME] [--json]";
+    "[--test write_lat|read_lat|send_lat|write_bw|read_bw|send_bw (default write_lat)] [--size BYTES] [--iters N] "
+    "[--tx-depth N] [--mode spin|events|adaptive] "
+    "[--way default|use_awaitable|handler|raw|interleaved] [--device NAME] [--json]";
 
 config parse(int argc, char** argv) {
   config c;
@@ -78,10 +83,12 @@ config parse(int argc, char** argv) {
   app.add_option("--iters", c.iters)->check(command_line::count(2, 100'000'000));
   app.add_option("--tx-depth", c.tx_depth)->check(command_line::count(1, 8192));
   app.add_option("--mode", c.mode)->check(command_line::one_of({"spin", "events", "adaptive"}));
-  app.add_option("--way", c.way,
-                 "read_lat only: await each read with the default token (deferred) or use_awaitable, complete it "
-                 "with a handler, or post and poll it as raw verbs on the same queue pair (no coverbs)")
-      ->check(command_line::one_of({"default", "use_awaitable", "handler", "raw"}));
+  app.add_option(
+         "--way", c.way,
+         "read_lat only: await each read with the default token (deferred) or use_awaitable, complete it "
+         "with a handler, post and poll it as raw verbs on the same queue pair (no coverbs), or alternate a raw "
+         "and an awaited read each iteration (interleaved; reports both and their ratio)")
+      ->check(command_line::one_of({"default", "use_awaitable", "handler", "raw", "interleaved"}));
   app.add_option("--device", c.device);
   app.add_flag("--json", c.json);
   bench::parse(app, argc, argv);
@@ -132,8 +139,9 @@ struct side {
 using bench::stamp_clock;
 
 struct result {
-  std::vector<double> samples_us;  // latency tests
-  double seconds = 0;              // bandwidth tests
+  std::vector<double> samples_us;      // latency tests
+  std::vector<double> raw_samples_us;  // read_lat --way interleaved: the raw reads'
+  double seconds = 0;                  // bandwidth tests
   std::uint64_t bytes = 0, messages = 0;
 };
 
@@ -199,47 +207,69 @@ result write_lat(side& client, side& server, const config& c) {
   return r;
 }
 
-/// Raw verbs: `iters` reads of `size` bytes on the client's queue pair, each posted and busy-polled from its
-/// completion queue as ib_read_lat does; each read's full time in ticks.
-std::vector<std::uint64_t> raw_reads(side& client, side& server, const config& c) {
-  ibv_sge sge{};
-  sge.addr = reinterpret_cast<std::uintptr_t>(client.bytes.data());
-  sge.length = static_cast<std::uint32_t>(c.size);
-  sge.lkey = client.mr.native_handle()->lkey;
-  ibv_send_wr wr{}, *bad = nullptr;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_READ;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = server.key().addr;
-  wr.wr.rdma.rkey = server.key().rkey;
-  ibv_qp* qp = client.qp.native_handle();
-  ibv_cq* cq = client.cq.native_handle();
-  std::vector<std::uint64_t> ticks;
-  ticks.reserve(static_cast<std::size_t>(c.iters));
-  for (int i = 0; i < c.iters; ++i) {
+/// One read of `size` bytes on the client's queue pair as raw verbs: posted and busy-polled from its
+/// completion queue as ib_read_lat does, no coverbs on the path.
+class raw_reader {
+public:
+  raw_reader(side& client, side& server, std::size_t size)
+      : qp_(client.qp.native_handle()), cq_(client.cq.native_handle()) {
+    sge_.addr = reinterpret_cast<std::uintptr_t>(client.bytes.data());
+    sge_.length = static_cast<std::uint32_t>(size);
+    sge_.lkey = client.mr.native_handle()->lkey;
+    wr_.sg_list = &sge_;
+    wr_.num_sge = 1;
+    wr_.opcode = IBV_WR_RDMA_READ;
+    wr_.send_flags = IBV_SEND_SIGNALED;
+    wr_.wr.rdma.remote_addr = server.key().addr;
+    wr_.wr.rdma.rkey = server.key().rkey;
+  }
+  /// The read's full time in ticks. Only while no coverbs operation is outstanding on the queue pair: the
+  /// completion is taken from the completion queue here, before the loop can see it.
+  std::uint64_t operator()() {
     const auto t0 = stamp_clock::now();
-    if (const int rc = ibv_post_send(qp, &wr, &bad)) throw cv::system_error(cv::errno_code(rc), "ibv_post_send(READ)");
+    ibv_send_wr* bad = nullptr;
+    if (const int rc = ibv_post_send(qp_, &wr_, &bad))
+      throw cv::system_error(cv::errno_code(rc), "ibv_post_send(READ)");
     ibv_wc wc{};
     int got = 0;
-    while ((got = ibv_poll_cq(cq, 1, &wc)) == 0) {
+    while ((got = ibv_poll_cq(cq_, 1, &wc)) == 0) {
     }
     if (got < 0 || wc.status != IBV_WC_SUCCESS)
       throw cv::system_error(got < 0 ? cv::errno_code(EIO) : cv::make_error_code(wc.status), "raw read");
-    ticks.push_back(stamp_clock::now() - t0);
+    return stamp_clock::now() - t0;
   }
-  return ticks;
-}
+
+private:
+  ibv_qp* qp_;
+  ibv_cq* cq_;
+  ibv_sge sge_{};
+  ibv_send_wr wr_{};
+};
 
 /// Read latency: each read's full time, the server passive.
 result read_lat(side& client, side& server, const config& c) {
   result r;
   std::exception_ptr e;
   stamp_clock clock;
-  std::vector<std::uint64_t> ticks;
+  std::vector<std::uint64_t> ticks, raw_ticks;
   ticks.reserve(static_cast<std::size_t>(c.iters));
+  raw_reader raw(client, server, c.size);
   if (c.way == "raw") {
-    ticks = raw_reads(client, server, c);
+    for (int i = 0; i < c.iters; ++i)
+      ticks.push_back(raw());
+  } else if (c.way == "interleaved") {
+    raw_ticks.reserve(static_cast<std::size_t>(c.iters));
+    auto reader = [&]() -> awaitable<void> {
+      for (int i = 0; i < c.iters; ++i) {
+        if (i % 2 == 0) raw_ticks.push_back(raw());
+        const auto t0 = stamp_clock::now();
+        co_await client.qp.async_read(client.span(0, c.size), server.key());
+        ticks.push_back(stamp_clock::now() - t0);
+        if (i % 2 == 1) raw_ticks.push_back(raw());
+      }
+    };
+    run_in(client, reader, e);
+    if (e) std::rethrow_exception(e);
   } else if (c.way == "handler") {
     std::uint64_t t0 = 0;
     std::function<void()> next = [&] {
@@ -269,6 +299,8 @@ result read_lat(side& client, side& server, const config& c) {
   const double scale = clock.us_per_tick();
   for (auto t : ticks)
     r.samples_us.push_back(static_cast<double>(t) * scale);
+  for (auto t : raw_ticks)
+    r.raw_samples_us.push_back(static_cast<double>(t) * scale);
   return r;
 }
 
@@ -406,19 +438,32 @@ int main(int argc, char** argv) {
       const statistics::summary st = statistics::summarize(r.samples_us);
       const double typical = st.median, p99 = st.p99, min = st.min;
       const auto r3 = [](double x) { return json_output::rounded(x, 3); };
+      json_output::json::object o{{"test", c.test},
+                                  {"mode", c.mode},
+                                  {"bytes", c.size},
+                                  {"iterations", c.iters},
+                                  {"t_min_us", r3(min)},
+                                  {"t_typical_us", r3(typical)},
+                                  {"t_p99_us", r3(p99)},
+                                  {"client_polls_per_op", r3(polls_per_op)},
+                                  {"client_completions_per_op", r3(completions_per_op)}};
+      if (c.test == "read_lat") o["way"] = c.way;
+      if (!r.raw_samples_us.empty()) {
+        const statistics::summary raw = statistics::summarize(r.raw_samples_us);
+        o["raw_t_min_us"] = r3(raw.min);
+        o["raw_t_typical_us"] = r3(raw.median);
+        o["raw_t_p99_us"] = r3(raw.p99);
+        o["ratio_to_raw"] = r3(typical / raw.median);
+      }
       if (c.json)
-        json_output::print(json_output::json::object{{"test", c.test},
-                                                     {"mode", c.mode},
-                                                     {"bytes", c.size},
-                                                     {"iterations", c.iters},
-                                                     {"t_min_us", r3(min)},
-                                                     {"t_typical_us", r3(typical)},
-                                                     {"t_p99_us", r3(p99)},
-                                                     {"client_polls_per_op", r3(polls_per_op)},
-                                                     {"client_completions_per_op", r3(completions_per_op)}});
+        json_output::print(o);
       else
         std::printf("%-9s %-8s %8zu B %8d iters  t_min %8.2f us  t_typical %8.2f us  p99 %8.2f us\n", c.test.c_str(),
                     c.mode.c_str(), c.size, c.iters, min, typical, p99);
+      if (!c.json && !r.raw_samples_us.empty())
+        std::printf("%-9s %-8s %8zu B %8d iters  raw verbs, interleaved: t_typical %8.2f us  ratio %.3f\n",
+                    c.test.c_str(), c.mode.c_str(), c.size, c.iters, o["raw_t_typical_us"].as_double(),
+                    o["ratio_to_raw"].as_double());
     } else {
       const double bps = static_cast<double>(r.bytes) / r.seconds,
                    mpps = static_cast<double>(r.messages) / r.seconds / 1e6;
