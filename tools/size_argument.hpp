@@ -10,6 +10,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace size_argument {
 
@@ -64,12 +66,26 @@ inline std::string human(std::uint64_t bytes) {
   return out;
 }
 
-/// Why `got` was refused, to follow the option's name: "takes a size from 4K to 64G: bytes, or with a K, M,
-/// G or T suffix (powers of 1024), e.g. 4096, 64K, 16M, 1G (got '-1')".
+/// Why `got` was refused, to follow the option's name: "takes a size from 4K to 64G: bytes, or with a K, M
+/// or G suffix (powers of 1024), e.g. 4096, 64K, 16M, 1G (got '-1')". The suffixes named are those a size
+/// within the range can carry, the examples those within the range (the bounds themselves when none is).
 inline std::string expected(std::string_view got, std::uint64_t min, std::uint64_t max) {
-  return "takes a size from " + text(min) + " to " + text(max) +
-         ": bytes, or with a K, M, G or T suffix (powers of 1024), e.g. 4096, 64K, 16M, 1G (got '" + std::string(got) +
-         "')";
+  static constexpr const char* letters[] = {"K", "M", "G", "T"};
+  std::vector<std::string> suffixes;
+  for (int k = 0; k < 4 && (std::uint64_t{1} << (10 * (k + 1))) <= max; ++k)
+    suffixes.push_back(letters[k]);
+  static constexpr std::pair<std::uint64_t, const char*> samples[] = {
+      {4096, "4096"}, {64ull << 10, "64K"}, {16ull << 20, "16M"}, {1ull << 30, "1G"}};
+  std::string examples;
+  for (const auto& [bytes, said] : samples)
+    if (bytes >= min && bytes <= max) examples += (examples.empty() ? "" : ", ") + std::string(said);
+  if (examples.empty()) examples = min == max ? text(min) : text(min) + ", " + text(max);
+  std::string with;
+  for (std::size_t i = 0; i < suffixes.size(); ++i)
+    with += (i == 0 ? "" : i + 1 == suffixes.size() ? " or " : ", ") + suffixes[i];
+  return "takes a size from " + text(min) + " to " + text(max) + ": bytes" +
+         (with.empty() ? std::string() : ", or with a " + with + " suffix (powers of 1024)") + ", e.g. " + examples +
+         " (got '" + std::string(got) + "')";
 }
 
 /// Physical memory of this machine, in bytes (0 when unknown).

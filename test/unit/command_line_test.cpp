@@ -40,11 +40,23 @@ TEST_CASE("a size option takes K, M, G suffixes and refuses signs, overflow and 
   CHECK(parse(app, {"--size", "4K", "--size", "16M"}).empty());
   CHECK(size == 16u << 20);  // the last one wins, converted too
   CHECK(parse(app, {"--size", "-1"}) ==
-        "--size: takes a size from 1 to 1G: bytes, or with a K, M, G or T suffix (powers of 1024), e.g. 4096, 64K, "
+        "--size: takes a size from 1 to 1G: bytes, or with a K, M or G suffix (powers of 1024), e.g. 4096, 64K, "
         "16M, 1G (got '-1')");
   CHECK_THAT(parse(app, {"--size", "18446744073709551616"}), Catch::Contains("(got '18446744073709551616')"));
   CHECK_THAT(parse(app, {"--size", "2G"}), Catch::Contains("(got '2G')"));
   CHECK_THAT(parse(app, {"--sizes", "4K,x"}), Catch::StartsWith("--sizes: takes a size") && Catch::Contains("got 'x'"));
+}
+
+TEST_CASE("a size option's message offers only suffixes and examples within its range", "[command_line]") {
+  CLI::App app{"", "prog"};
+  command_line::describe(app, "usage: prog\n");
+  std::uint64_t small = 0, tiny = 0;
+  app.add_option("--small", small)->transform(command_line::size(1, std::uint64_t{1} << 20));
+  app.add_option("--tiny", tiny)->transform(command_line::size(8, 512));
+  CHECK(parse(app, {"--small", "2M"}) ==
+        "--small: takes a size from 1 to 1M: bytes, or with a K or M suffix (powers of 1024), e.g. 4096, 64K "
+        "(got '2M')");
+  CHECK(parse(app, {"--tiny", "0"}) == "--tiny: takes a size from 8 to 512: bytes, e.g. 8, 512 (got '0')");
 }
 
 TEST_CASE("count and one_of name the option and what it takes", "[command_line]") {
