@@ -4,7 +4,7 @@
 //
 //   bench_datapath [--test write_lat|read_lat|send_lat|write_bw|read_bw|send_bw] (default write_lat)
 //                  [--size BYTES] [--iters N] [--tx-depth N] [--mode spin|events|adaptive]
-//                  [--way default|use_awaitable|handler|raw|interleaved] [--device NAME] [--json]
+//                  [--way default|use_awaitable|handler|raw|interleaved] [--cq-mod N] [--device NAME] [--json]
 //
 // Two threads, each with its own io_context, completion queue and RC queue pair, connected to each other
 // on one device (like perftest's server and client processes):
@@ -23,6 +23,10 @@
 // which goes first alternating, so both see the same moments of the machine; t_* are the awaited reads',
 // raw_t_* the raw ones', and ratio_to_raw = t_typical / raw_t_typical: the runtime's share of a read that a
 // slow phase of the emulator (it slows every process alike for seconds) cannot move.
+// --way raw also runs write_bw and read_bw as raw verbs in this process (ibv_post_send and ibv_poll_cq on
+// the same queue pair, kept `tx-depth` deep as ib_write_bw does): what separates this process's bandwidth
+// from perftest's, and coverbs' from this process's. --cq-mod N (raw bandwidth only, like perftest's -Q)
+// signals every Nth work request instead of each; coverbs signals each, as ib_write_bw -Q 1 does.
 #include <coverbs/coverbs.hpp>
 
 #include "../tools/json_output.hpp"
@@ -64,12 +68,13 @@ struct config {
   std::string device;
   bool json = false;
   std::string way = "default";
+  int cq_mod = 1;
 };
 
 constexpr const char* usage_text =
     "[--test write_lat|read_lat|send_lat|write_bw|read_bw|send_bw (default write_lat)] [--size BYTES] [--iters N] "
     "[--tx-depth N] [--mode spin|events|adaptive] "
-    "[--way default|use_awaitable|handler|raw|interleaved] [--device NAME] [--json]";
+    "[--way default|use_awaitable|handler|raw|interleaved] [--cq-mod N] [--device NAME] [--json]";
 
 config parse(int argc, char** argv) {
   config c;
@@ -85,16 +90,31 @@ config parse(int argc, char** argv) {
   app.add_option("--mode", c.mode)->check(command_line::one_of({"spin", "events", "adaptive"}));
   app.add_option(
          "--way", c.way,
-         "read_lat only: await each read with the default token (deferred) or use_awaitable, complete it "
+         "read_lat: await each read with the default token (deferred) or use_awaitable, complete it "
          "with a handler, post and poll it as raw verbs on the same queue pair (no coverbs), or alternate a raw "
-         "and an awaited read each iteration (interleaved; reports both and their ratio)")
+         "and an awaited read each iteration (interleaved; reports both and their ratio); write_bw and read_bw: "
+         "raw (the same queue pair kept --tx-depth deep with raw verbs)")
       ->check(command_line::one_of({"default", "use_awaitable", "handler", "raw", "interleaved"}));
+  app.add_option("--cq-mod", c.cq_mod,
+                 "with --way raw on write_bw or read_bw: signal every Nth work request (perftest's -Q); "
+                 "default 1, each signaled as coverbs does")
+      ->check(command_line::count(1, 8192));
   app.add_option("--device", c.device);
   app.add_flag("--json", c.json);
   bench::parse(app, argc, argv);
-  if (c.way != "default" && c.test != "read_lat")
-    bench::usage_error(app, "--way applies to --test read_lat only (the other tests complete with handlers); "
-                            "drop it or use --test read_lat");
+  const bool one_sided_bw = c.test == "write_bw" || c.test == "read_bw";
+  if (c.way != "default" && c.test != "read_lat" && !(c.way == "raw" && one_sided_bw))
+    bench::usage_error(app, "--way " + c.way + " applies to --test " +
+                                (c.way == "raw" ? "read_lat, write_bw and read_bw" : "read_lat only") +
+                                " (the other tests complete with handlers): drop it or change --test");
+  if (c.cq_mod != 1 && !(c.way == "raw" && one_sided_bw))
+    bench::usage_error(app, "--cq-mod applies to --way raw with --test write_bw or read_bw (coverbs signals "
+                            "every work request): drop it or add --way raw");
+  if (c.cq_mod > c.tx_depth)
+    bench::usage_error(app, "--cq-mod " + std::to_string(c.cq_mod) + " is above --tx-depth " +
+                                std::to_string(c.tx_depth) +
+                                ": the send queue would fill before a work request is signaled; use at most "
+                                "--tx-depth");
   if (c.test.ends_with("_lat") && c.size < 2 && c.test != "read_lat") c.size = 2;
   return c;
 }
@@ -360,6 +380,51 @@ result send_lat(side& client, side& server, const config& c) {
   return r;
 }
 
+/// Bandwidth as raw verbs on the client's queue pair, the loop ib_write_bw runs: work requests posted one
+/// per ibv_post_send while fewer than `tx_depth` are outstanding, every `cq_mod`-th signaled (and the last),
+/// completions polled 16 at a time, each accounting for the `cq_mod` work requests it ends.
+result raw_bandwidth(side& client, side& server, const config& c) {
+  result r;
+  ibv_qp* qp = client.qp.native_handle();
+  ibv_cq* cq = client.cq.native_handle();
+  ibv_sge sge{};
+  sge.addr = reinterpret_cast<std::uintptr_t>(client.bytes.data());
+  sge.length = static_cast<std::uint32_t>(c.size);
+  sge.lkey = client.mr.native_handle()->lkey;
+  ibv_send_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = c.test == "write_bw" ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
+  wr.wr.rdma.remote_addr = server.key().addr;
+  wr.wr.rdma.rkey = server.key().rkey;
+  std::int64_t posted = 0, completed = 0;
+  const std::int64_t iters = c.iters, depth = c.tx_depth;
+  ibv_wc wc[16];
+  const auto t0 = clock_type::now();
+  while (completed < iters) {
+    while (posted < iters && posted - completed < depth) {
+      const bool last = posted + 1 == iters;
+      wr.send_flags = (posted % c.cq_mod == c.cq_mod - 1 || last) ? IBV_SEND_SIGNALED : 0;
+      // wr_id: how many work requests this completion ends (a signaled one ends itself and those before it).
+      wr.wr_id = static_cast<std::uint64_t>(last ? posted % c.cq_mod + 1 : c.cq_mod);
+      ibv_send_wr* bad = nullptr;
+      if (const int rc = ibv_post_send(qp, &wr, &bad))
+        throw cv::system_error(cv::errno_code(rc), "ibv_post_send(" + c.test + ")");
+      ++posted;
+    }
+    const int got = ibv_poll_cq(cq, 16, wc);
+    if (got < 0) throw cv::system_error(cv::errno_code(EIO), "ibv_poll_cq");
+    for (int i = 0; i < got; ++i) {
+      if (wc[i].status != IBV_WC_SUCCESS) throw cv::system_error(cv::make_error_code(wc[i].status), "raw " + c.test);
+      completed += static_cast<std::int64_t>(wc[i].wr_id);
+    }
+  }
+  r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+  r.messages = static_cast<std::uint64_t>(completed);
+  r.bytes = r.messages * c.size;
+  return r;
+}
+
 /// Bandwidth: `tx_depth` operations in flight until `iters` completed.
 result bandwidth(side& client, side& server, const config& c) {
   result r;
@@ -426,6 +491,8 @@ int main(int argc, char** argv) {
       r = read_lat(client, server, c);
     else if (c.test == "send_lat")
       r = send_lat(client, server, c);
+    else if (c.way == "raw")
+      r = raw_bandwidth(client, server, c);
     else
       r = bandwidth(client, server, c);
 
@@ -474,6 +541,8 @@ int main(int argc, char** argv) {
                                       {"bytes", c.size},
                                       {"iterations", c.iters},
                                       {"tx_depth", c.tx_depth},
+                                      {"way", c.way},
+                                      {"cq_mod", c.cq_mod},
                                       {"bytes_per_second", json_output::rounded(bps, 1)},
                                       {"msg_rate_mpps", json_output::rounded(mpps, 6)},
                                       {"client_polls_per_op", json_output::rounded(polls_per_op, 3)},
