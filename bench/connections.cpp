@@ -91,13 +91,13 @@ config parse(int argc, char** argv) {
                   "Connections per second (rdma_cm), receive memory registered per connection with and without a "
                   "shared receive queue, and the message rate through 1..N connections; see the source's header.");
   app.add_option("--address", c.address);
-  app.add_option("--max-connections", c.max_connections)->check(command_line::count(1, 65536));
-  app.add_option("--messages", c.messages)->check(command_line::count(1, 65536));
+  app.add_option("--max-connections", c.max_connections)->transform(command_line::count(1, 65536));
+  app.add_option("--messages", c.messages)->transform(command_line::count(1, 65536));
   app.add_option("--size", c.size)->transform(command_line::size(16, 4096));
-  app.add_option("--srq-receives", c.srq_receives)->check(command_line::count(1, 65536));
-  app.add_option("--receives", c.receives)->check(command_line::count(1, 4096));
-  app.add_option("--parallel", c.parallel)->check(command_line::count(1, 4096));
-  app.add_option("--phase-timeout-s", c.phase_timeout_s)->check(command_line::count(1, 3600));
+  app.add_option("--srq-receives", c.srq_receives)->transform(command_line::count(1, 65536));
+  app.add_option("--receives", c.receives)->transform(command_line::count(1, 4096));
+  app.add_option("--parallel", c.parallel)->transform(command_line::count(1, 4096));
+  app.add_option("--phase-timeout-s", c.phase_timeout_s)->transform(command_line::count(1, 3600));
   app.add_flag("--skip-no-srq", c.skip_no_srq);
   app.add_flag("--json", c.json);
   bench::parse(app, argc, argv);

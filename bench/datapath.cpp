@@ -85,8 +85,8 @@ config parse(int argc, char** argv) {
   app.add_option("--test", c.test)
       ->check(command_line::one_of({"write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "send_bw"}));
   app.add_option("--size", c.size)->transform(command_line::size(1, 1ull << 30));
-  app.add_option("--iters", c.iters)->check(command_line::count(2, 100'000'000));
-  app.add_option("--tx-depth", c.tx_depth)->check(command_line::count(1, 8192));
+  app.add_option("--iters", c.iters)->transform(command_line::count(2, 100'000'000));
+  app.add_option("--tx-depth", c.tx_depth)->transform(command_line::count(1, 8192));
   app.add_option("--mode", c.mode)->check(command_line::one_of({"spin", "events", "adaptive"}));
   app.add_option(
          "--way", c.way,
@@ -98,7 +98,7 @@ config parse(int argc, char** argv) {
   app.add_option("--cq-mod", c.cq_mod,
                  "with --way raw on write_bw or read_bw: signal every Nth work request (perftest's -Q); "
                  "default 1, each signaled as coverbs does")
-      ->check(command_line::count(1, 8192));
+      ->transform(command_line::count(1, 8192));
   app.add_option("--device", c.device);
   app.add_flag("--json", c.json);
   bench::parse(app, argc, argv);
@@ -106,10 +106,12 @@ config parse(int argc, char** argv) {
   if (c.way != "default" && c.test != "read_lat" && !(c.way == "raw" && one_sided_bw))
     bench::usage_error(app, "--way " + c.way + " applies to --test " +
                                 (c.way == "raw" ? "read_lat, write_bw and read_bw" : "read_lat only") +
-                                " (the other tests complete with handlers): drop it or change --test");
+                                (c.way == "raw" ? "" : " (the other tests run coverbs' one way)") +
+                                ": drop it or change --test");
   if (c.cq_mod != 1 && !(c.way == "raw" && one_sided_bw))
-    bench::usage_error(app, "--cq-mod applies to --way raw with --test write_bw or read_bw (coverbs signals "
-                            "every work request): drop it or add --way raw");
+    bench::usage_error(app, std::string("--cq-mod applies to --way raw with --test write_bw or read_bw (coverbs "
+                                        "signals every work request): drop it or ") +
+                                (c.way != "raw" ? "add --way raw" : "use --test write_bw or read_bw"));
   if (c.cq_mod > c.tx_depth)
     bench::usage_error(app, "--cq-mod " + std::to_string(c.cq_mod) + " is above --tx-depth " +
                                 std::to_string(c.tx_depth) +
@@ -499,21 +501,27 @@ int main(int argc, char** argv) {
     // How often the client polled its completion queue for each operation, and how many completions it
     // dispatched: where a busy-polled latency goes between the loop and the verbs.
     const cv::completion_queue_stats cs = client.cq.stats();
-    const double polls_per_op = static_cast<double>(cs.polls) / c.iters,
-                 completions_per_op = static_cast<double>(cs.completions) / c.iters;
+    // (null for --way raw: that loop polls the completion queue with ibv_poll_cq, past these counters.)
+    const auto per_op = [&](std::uint64_t n, int decimals) -> json_output::json::value {
+      if (c.way == "raw") return nullptr;
+      return json_output::rounded(static_cast<double>(n) / c.iters, decimals);
+    };
+    const json_output::json::value polls_per_op = per_op(cs.polls, 3), completions_per_op = per_op(cs.completions, 3);
+    // The raw loops busy-poll whatever --mode says.
+    const std::string mode = c.way == "raw" ? "spin" : c.mode;
     if (c.test.ends_with("_lat")) {
       const statistics::summary st = statistics::summarize(r.samples_us);
       const double typical = st.median, p99 = st.p99, min = st.min;
       const auto r3 = [](double x) { return json_output::rounded(x, 3); };
       json_output::json::object o{{"test", c.test},
-                                  {"mode", c.mode},
+                                  {"mode", mode},
                                   {"bytes", c.size},
                                   {"iterations", c.iters},
                                   {"t_min_us", r3(min)},
                                   {"t_typical_us", r3(typical)},
                                   {"t_p99_us", r3(p99)},
-                                  {"client_polls_per_op", r3(polls_per_op)},
-                                  {"client_completions_per_op", r3(completions_per_op)}};
+                                  {"client_polls_per_op", polls_per_op},
+                                  {"client_completions_per_op", completions_per_op}};
       if (c.test == "read_lat") o["way"] = c.way;
       if (!r.raw_samples_us.empty()) {
         const statistics::summary raw = statistics::summarize(r.raw_samples_us);
@@ -526,29 +534,28 @@ int main(int argc, char** argv) {
         json_output::print(o);
       else
         std::printf("%-9s %-8s %8zu B %8d iters  t_min %8.2f us  t_typical %8.2f us  p99 %8.2f us\n", c.test.c_str(),
-                    c.mode.c_str(), c.size, c.iters, min, typical, p99);
+                    mode.c_str(), c.size, c.iters, min, typical, p99);
       if (!c.json && !r.raw_samples_us.empty())
         std::printf("%-9s %-8s %8zu B %8d iters  raw verbs, interleaved: t_typical %8.2f us  ratio %.3f\n",
-                    c.test.c_str(), c.mode.c_str(), c.size, c.iters, o["raw_t_typical_us"].as_double(),
+                    c.test.c_str(), mode.c_str(), c.size, c.iters, o["raw_t_typical_us"].as_double(),
                     o["ratio_to_raw"].as_double());
     } else {
       const double bps = static_cast<double>(r.bytes) / r.seconds,
                    mpps = static_cast<double>(r.messages) / r.seconds / 1e6;
       if (c.json)
-        json_output::print(
-            json_output::json::object{{"test", c.test},
-                                      {"mode", c.mode},
-                                      {"bytes", c.size},
-                                      {"iterations", c.iters},
-                                      {"tx_depth", c.tx_depth},
-                                      {"way", c.way},
-                                      {"cq_mod", c.cq_mod},
-                                      {"bytes_per_second", json_output::rounded(bps, 1)},
-                                      {"msg_rate_mpps", json_output::rounded(mpps, 6)},
-                                      {"client_polls_per_op", json_output::rounded(polls_per_op, 3)},
-                                      {"client_completions_per_op", json_output::rounded(completions_per_op, 3)}});
+        json_output::print(json_output::json::object{{"test", c.test},
+                                                     {"mode", mode},
+                                                     {"bytes", c.size},
+                                                     {"iterations", c.iters},
+                                                     {"tx_depth", c.tx_depth},
+                                                     {"way", c.way},
+                                                     {"cq_mod", c.cq_mod},
+                                                     {"bytes_per_second", json_output::rounded(bps, 1)},
+                                                     {"msg_rate_mpps", json_output::rounded(mpps, 6)},
+                                                     {"client_polls_per_op", polls_per_op},
+                                                     {"client_completions_per_op", completions_per_op}});
       else
-        std::printf("%-9s %-8s %8zu B %8d iters  %10.2f MiB/s  %8.4f Mpps\n", c.test.c_str(), c.mode.c_str(), c.size,
+        std::printf("%-9s %-8s %8zu B %8d iters  %10.2f MiB/s  %8.4f Mpps\n", c.test.c_str(), mode.c_str(), c.size,
                     c.iters, bps / 1048576.0, mpps);
     }
   } catch (const std::bad_alloc&) {

@@ -69,10 +69,11 @@ config parse(int argc, char** argv) {
                   "Lateness of a 1 ms periodic timer on the same io_context as a busy completion queue (idle, RDMA "
                   "read stream, write-from-handler stream); see the source's header for each figure.");
   app.add_option("--device", c.device);
-  app.add_option("--duration-ms", c.duration_ms)->check(command_line::count(100, 600'000));
+  app.add_option("--duration-ms", c.duration_ms)->transform(command_line::count(100, 600'000));
   app.add_option("--size", c.size)->transform(command_line::size(1, 1u << 20));
-  app.add_option("--streams", c.streams)->check(command_line::count(1, 64));
-  app.add_option("--max-completions-per-turn", c.max_completions_per_turn)->check(command_line::count(1, 1'000'000));
+  app.add_option("--streams", c.streams)->transform(command_line::count(1, 64));
+  app.add_option("--max-completions-per-turn", c.max_completions_per_turn)
+      ->transform(command_line::count(1, 1'000'000));
   app.add_flag("--json", c.json);
   bench::parse(app, argc, argv);
   return c;

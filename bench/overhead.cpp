@@ -75,8 +75,8 @@ config parse(int argc, char** argv) {
                   "Nanoseconds per operation that coverbs adds, natively: its data path on a software verbs device "
                   "that completes each work request at once, against a raw-verbs loop on the same device.");
   app.add_option("--size", c.size)->transform(command_line::size(1, 1u << 20));
-  app.add_option("--ops", c.ops)->check(command_line::count(16, 1'000'000));
-  app.add_option("--batches", c.batches)->check(command_line::count(10, 100'000));
+  app.add_option("--ops", c.ops)->transform(command_line::count(16, 1'000'000));
+  app.add_option("--batches", c.batches)->transform(command_line::count(10, 100'000));
   app.add_option("--mode", c.mode)->check(command_line::one_of({"events", "spin"}));
   app.add_option("--op", c.op)->check(command_line::one_of({"write", "sendrecv", "bind", "rebind"}));
   app.add_flag("--json", c.json);

@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   CLI::App app{"", "bench_reg_mr"};
   bench::describe(app, usage, "ibv_reg_mr and ibv_dereg_mr latency by size, coverbs against raw verbs.");
   app.add_option("--device", name);
-  app.add_option("--iters", iters)->check(command_line::count(1, 1'000'000));
+  app.add_option("--iters", iters)->transform(command_line::count(1, 1'000'000));
   app.add_option("--sizes", sizes)->delimiter(',')->transform(command_line::size(1, 64ull << 30));
   app.add_flag("--json", json);
   bench::parse(app, argc, argv);

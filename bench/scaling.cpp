@@ -60,10 +60,10 @@ config parse(int argc, char** argv) {
                   "Message rate of small RDMA writes and sends over loopback RC connections on one event loop and on "
                   "two; see the source's header for each figure.");
   app.add_option("--device", c.device);
-  app.add_option("--connections", c.connections)->check(command_line::count(2, 64));
-  app.add_option("--depth", c.depth)->check(command_line::count(1, 256));
+  app.add_option("--connections", c.connections)->transform(command_line::count(2, 64));
+  app.add_option("--depth", c.depth)->transform(command_line::count(1, 256));
   app.add_option("--size", c.size)->transform(command_line::size(1, 1u << 20));
-  app.add_option("--duration-ms", c.duration_ms)->check(command_line::count(100, 600'000));
+  app.add_option("--duration-ms", c.duration_ms)->transform(command_line::count(100, 600'000));
   app.add_option("--mode", c.mode)->check(command_line::one_of({"events", "spin"}));
   app.add_flag("--json", c.json);
   bench::parse(app, argc, argv);

@@ -311,9 +311,9 @@ int main(int argc, char** argv) {
                   "one run; --iters and --rereg-iters are split over --rounds rounds (5). See the source's header "
                   "for each figure.");
   app.add_option("--device", name);
-  app.add_option("--iters", iters)->check(command_line::count(5, 1000000));
-  app.add_option("--rereg-iters", rereg_iters)->check(command_line::count(5, 100000));
-  app.add_option("--rounds", rounds)->check(command_line::count(1, 99));
+  app.add_option("--iters", iters)->transform(command_line::count(5, 1000000));
+  app.add_option("--rereg-iters", rereg_iters)->transform(command_line::count(5, 100000));
+  app.add_option("--rounds", rounds)->transform(command_line::count(1, 99));
   app.add_flag("--json", json);
   bench::parse(app, argc, argv);
   if (iters < rounds || rereg_iters < rounds)

@@ -29,12 +29,16 @@ inline CLI::Validator size(std::uint64_t min, std::uint64_t max) {
           "SIZE " + size_argument::text(min) + ".." + size_argument::text(max), "size"};
 }
 
-/// A whole number in [min, max], decimal digits only (no sign: "-1" is not 2^64-1).
-/// Refused text gets "OPTION: takes a whole number from MIN to MAX (got 'TEXT')".
+/// A whole number in [min, max], decimal digits only (no sign: "-1" is not 2^64-1; "010" is ten, not CLI11's
+/// octal eight). A transform (`option->transform(count(...))`): the option receives the number written
+/// without leading zeros. Refused text gets "OPTION: takes a whole number from MIN to MAX (got 'TEXT')".
 inline CLI::Validator count(std::uint64_t min, std::uint64_t max) {
   return {[=](std::string& text) -> std::string {
-            if (text.find_first_not_of("0123456789") == std::string::npos && size_argument::parse(text, min, max))
-              return {};
+            if (text.find_first_not_of("0123456789") == std::string::npos)
+              if (const auto n = size_argument::parse(text, min, max)) {
+                text = std::to_string(*n);
+                return {};
+              }
             return "takes a whole number from " + std::to_string(min) + " to " + std::to_string(max) + " (got '" +
                    text + "')";
           },

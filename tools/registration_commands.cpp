@@ -166,7 +166,7 @@ std::function<int()> add_reg_latency(CLI::App& app) {
        o->hi = dots == std::string::npos ? o->lo : *size_argument::parse(v.substr(dots + 2), 1, max_size);
      })->check(size_range());
   sub->add_option("--percentiles", o->percentiles)->delimiter(',')->check(percentile_value());
-  sub->add_option("--iters", o->iters)->check(command_line::count(1, 100000));
+  sub->add_option("--iters", o->iters)->transform(command_line::count(1, 100000));
   sub->add_option("--device", o->name);
   sub->add_flag("--json", o->json);
   return [o] { return report_errors("reg-latency", [&] { return reg_latency(*o); }); };
@@ -177,8 +177,8 @@ std::function<int()> add_stress(CLI::App& app) {
   command_line::describe(*sub, stress_usage);
   auto o = std::make_shared<stress_options>();
   sub->add_option("--size", o->size)->transform(command_line::size(1, max_size));
-  sub->add_option("--count", o->count)->check(command_line::count(1, 100000000));
-  sub->add_option("--threads", o->threads)->check(command_line::count(1, 1024));
+  sub->add_option("--count", o->count)->transform(command_line::count(1, 100000000));
+  sub->add_option("--threads", o->threads)->transform(command_line::count(1, 1024));
   sub->add_option("--device", o->name);
   return [o] { return report_errors("stress", [&] { return stress(*o); }); };
 }

@@ -141,7 +141,7 @@ inline std::string roles_text(unsigned roles) {
 inline CLI::Option* add_numeric(CLI::App& app, const numeric_option& o) {
   const std::string name(o.name);
   if (o.bytes) return app.add_option(name, *o.value)->transform(::command_line::size(o.min, o.max));
-  return app.add_option(name, *o.value)->check(::command_line::count(o.min, o.max));
+  return app.add_option(name, *o.value)->transform(::command_line::count(o.min, o.max));
 }
 
 /// The port of `--listen ADDR PORT` or `--connect ADDR PORT`, from `lowest` to 65535, or why it is bad.
