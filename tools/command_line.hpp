@@ -60,10 +60,34 @@ inline CLI::Validator one_of(std::initializer_list<const char*> words) {
 }
 
 /// A CLI11 application whose --help prints `usage` as written (the programs' usage texts say more than a
-/// generated option list). Every option keeps the last of repeated values, as the programs always did.
+/// generated option list), then, under "options:", each option that was given a description, wrapped at 100
+/// columns. Every option keeps the last of repeated values, as
+/// the programs always did.
 inline void describe(CLI::App& app, const std::string& usage) {
   app.description(usage);
-  app.formatter_fn([](const CLI::App* a, const std::string&, CLI::AppFormatMode) { return a->get_description(); });
+  app.formatter_fn([](const CLI::App* a, const std::string&, CLI::AppFormatMode) {
+    std::string options;
+    for (const CLI::Option* o : a->get_options()) {
+      if (o == a->get_help_ptr() || o->get_description().empty()) continue;
+      options += "  " + o->get_name();
+      std::string line = "     ";
+      std::size_t from = 0;
+      const std::string& text = o->get_description();
+      while (from < text.size()) {
+        std::size_t to = text.find(' ', from);
+        if (to == std::string::npos) to = text.size();
+        const std::string word = text.substr(from, to - from);
+        if (line.size() + 1 + word.size() > 100) {
+          options += "\n" + line;
+          line = "     ";
+        }
+        line += " " + word;
+        from = to + 1;
+      }
+      options += "\n" + line + "\n";
+    }
+    return a->get_description() + (options.empty() ? "" : "options:\n" + options);
+  });
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 }
 

@@ -84,6 +84,16 @@ TEST_CASE("--help prints the usage as written", "[command_line]") {
   CHECK(app.help() == "usage: prog [--x N]\n  what it does\n");
 }
 
+TEST_CASE("--help lists the options that were given a description, wrapped", "[command_line]") {
+  CLI::App app{"", "prog"};
+  command_line::describe(app, "usage: prog [--x N] [--y N]\n");
+  int x = 0, y = 0;
+  app.add_option("--x", x);
+  app.add_option("--y", y, std::string(40, 'a') + " " + std::string(40, 'b') + " " + std::string(40, 'c'));
+  CHECK(app.help() == "usage: prog [--x N] [--y N]\noptions:\n  --y\n      " + std::string(40, 'a') + " " +
+                          std::string(40, 'b') + "\n      " + std::string(40, 'c') + "\n");
+}
+
 TEST_CASE("JSON output escapes quotes, backslashes and control characters", "[json]") {
   namespace json = json_output::json;
   const json::value v = json::object{{"name", "rxe\"0\\x\n"}, {"p99_us", json_output::rounded(12.34567, 3)}};
