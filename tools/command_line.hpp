@@ -117,6 +117,18 @@ inline std::string missing_value(const std::string& what) {
   return m[1].str() + ": needs " + values + (m[3].length() ? ": " + m[3].str() : std::string());
 }
 
+/// The words CLI11 did not take, in the order given (its own message lists them backwards: "4 -Q" for
+/// `-Q 4`), and the first of them that looks like an option named as one the program does not have.
+inline std::string not_expected(const std::vector<std::string>& args) {
+  std::string out = "not expected:";
+  for (const auto& a : args)
+    out += " " + a;
+  for (const auto& a : args)
+    if (a.size() > 1 && a[0] == '-' && !(a[1] >= '0' && a[1] <= '9'))
+      return out + " (there is no option " + a.substr(0, a.find('=')) + ")";
+  return out;
+}
+
 /// Parses the command line with `app`. --help (of the app or of the subcommand given) prints the usage on
 /// stdout; bad input prints what was wrong on stderr, naming the option and what it takes.
 /// @returns the exit status to leave with now (0 after --help, 2 for bad input), or nothing to go on.
@@ -129,6 +141,9 @@ inline std::optional<int> parse(CLI::App& app, int argc, char** argv) {
     return 0;
   } catch (const CLI::ArgumentMismatch& e) {
     return bad(program(app), missing_value(e.what()));
+  } catch (const CLI::ExtrasError& e) {
+    const auto args = app.remaining(true);
+    return bad(program(app), args.empty() ? e.what() : not_expected(args));
   } catch (const CLI::ParseError& e) {
     return bad(program(app), e.what());
   }

@@ -129,3 +129,19 @@ TEST_CASE("an option given without its value says so in plain words, with what i
   // Other messages pass through unchanged.
   CHECK(command_line::missing_value("--mode: takes 'spin' (got 'x')") == "--mode: takes 'spin' (got 'x')");
 }
+
+TEST_CASE("words not expected are listed as given, naming an option the program lacks", "[command_line]") {
+  // CLI11 said "The following arguments were not expected: 4 -Q" for `-Q 4`.
+  CHECK(command_line::not_expected({"-Q", "4"}) == "not expected: -Q 4 (there is no option -Q)");
+  CHECK(command_line::not_expected({"--no-such=3"}) == "not expected: --no-such=3 (there is no option --no-such)");
+  CHECK(command_line::not_expected({"frobnicate", "-5"}) == "not expected: frobnicate -5");
+  CLI::App app{"", "prog"};
+  int n = 0;
+  app.add_option("--iters", n);
+  std::vector<std::string> args{"prog", "-Q", "4", "--iters", "3"};
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  CHECK_THROWS_AS(app.parse(static_cast<int>(argv.size()), argv.data()), CLI::ExtrasError);
+  CHECK(command_line::not_expected(app.remaining(true)) == "not expected: -Q 4 (there is no option -Q)");
+}
