@@ -60,9 +60,9 @@ inline CLI::Validator one_of(std::initializer_list<const char*> words) {
 }
 
 /// A CLI11 application whose --help prints `usage` as written (the programs' usage texts say more than a
-/// generated option list), then, under "options:", each option that was given a description, wrapped at 100
-/// columns. Every option keeps the last of repeated values, as
-/// the programs always did.
+/// generated option list), then, under "options:", each option that was given a description, with what it
+/// takes where a validator says (a range, a list of words), its description wrapped at 100 columns. Every option keeps
+/// the last of repeated values, as the programs always did.
 inline void describe(CLI::App& app, const std::string& usage) {
   app.description(usage);
   app.formatter_fn([](const CLI::App* a, const std::string&, CLI::AppFormatMode) {
@@ -70,6 +70,10 @@ inline void describe(CLI::App& app, const std::string& usage) {
     for (const CLI::Option* o : a->get_options()) {
       if (o == a->get_help_ptr() || o->get_description().empty()) continue;
       options += "  " + o->get_name();
+      // What it takes, where a validator says ("N 1..8192", "SIZE 1..1G", "'spin', 'events' or 'adaptive'"):
+      // CLI11's type name is "TYPE:description" then.
+      const std::string type = o->get_type_name();
+      if (const auto colon = type.find(':'); colon != std::string::npos) options += " " + type.substr(colon + 1);
       std::string line = "     ";
       std::size_t from = 0;
       const std::string& text = o->get_description();

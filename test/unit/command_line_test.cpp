@@ -94,6 +94,17 @@ TEST_CASE("--help lists the options that were given a description, wrapped", "[c
                           std::string(40, 'b') + "\n      " + std::string(40, 'c') + "\n");
 }
 
+TEST_CASE("--help shows the range or the words an option takes", "[command_line]") {
+  CLI::App app{"", "prog"};
+  command_line::describe(app, "usage: prog\n");
+  int n = 1;
+  std::string mode = "spin";
+  app.add_option("--cq-mod", n, "signal every Nth")->transform(command_line::count(1, 8192));
+  app.add_option("--mode", mode, "how to wait")->check(command_line::one_of({"spin", "events"}));
+  CHECK(app.help() == "usage: prog\noptions:\n  --cq-mod N 1..8192\n      signal every Nth\n"
+                      "  --mode 'spin' or 'events'\n      how to wait\n");
+}
+
 TEST_CASE("JSON output escapes quotes, backslashes and control characters", "[json]") {
   namespace json = json_output::json;
   const json::value v = json::object{{"name", "rxe\"0\\x\n"}, {"p99_us", json_output::rounded(12.34567, 3)}};
