@@ -82,12 +82,22 @@ config parse(int argc, char** argv) {
   bench::describe(
       app, usage_text,
       "RDMA write, read and send latency and bandwidth through coverbs, measured as perftest measures them.");
-  app.add_option("--test", c.test)
+  app.add_option("--test", c.test,
+                 "write_lat, send_lat: ping-pong, half the round trip; read_lat: each read's full time; *_bw: "
+                 "--tx-depth operations in flight, bytes/s and message rate (default write_lat)")
       ->check(command_line::one_of({"write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "send_bw"}));
-  app.add_option("--size", c.size)->transform(command_line::size(1, 1ull << 30));
-  app.add_option("--iters", c.iters)->transform(command_line::count(2, 100'000'000));
-  app.add_option("--tx-depth", c.tx_depth)->transform(command_line::count(1, 8192));
-  app.add_option("--mode", c.mode)->check(command_line::one_of({"spin", "events", "adaptive"}));
+  app.add_option("--size", c.size,
+                 "bytes per operation: 4096, 64K, 1M (default 2; write_lat and send_lat take at least 2, the "
+                 "byte each side spins on)")
+      ->transform(command_line::size(1, 1ull << 30));
+  app.add_option("--iters", c.iters, "operations measured (default 1000)")->transform(command_line::count(2, 100'000'000));
+  app.add_option("--tx-depth", c.tx_depth,
+                 "*_bw: operations kept in flight, like perftest's -t (default 128); it also sizes both queues")
+      ->transform(command_line::count(1, 8192));
+  app.add_option("--mode", c.mode,
+                 "how coverbs waits for a completion: spin (busy-polls, like perftest's default), events (sleeps "
+                 "on the completion channel, like perftest -e), adaptive (spins 50 us, then sleeps); default spin")
+      ->check(command_line::one_of({"spin", "events", "adaptive"}));
   app.add_option(
          "--way", c.way,
          "read_lat: await each read with the default token (deferred) or use_awaitable, complete it "
@@ -99,8 +109,8 @@ config parse(int argc, char** argv) {
                  "with --way raw on write_bw or read_bw: signal every Nth work request (perftest's -Q); "
                  "default 1, each signaled as coverbs does")
       ->transform(command_line::count(1, 8192));
-  app.add_option("--device", c.device);
-  app.add_flag("--json", c.json);
+  app.add_option("--device", c.device, "RDMA device name, as ibv_devices lists it (default: the first)");
+  app.add_flag("--json", c.json, "print one JSON object of the figures instead of a line of text");
   bench::parse(app, argc, argv);
   const bool one_sided_bw = c.test == "write_bw" || c.test == "read_bw";
   if (c.way != "default" && c.test != "read_lat" && !(c.way == "raw" && one_sided_bw))

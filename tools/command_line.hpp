@@ -122,15 +122,33 @@ inline std::string missing_value(const std::string& what) {
 }
 
 /// The words CLI11 did not take, in the order given (its own message lists them backwards: "4 -Q" for
-/// `-Q 4`), and the first of them that looks like an option named as one the program does not have.
-inline std::string not_expected(const std::vector<std::string>& args) {
+/// `-Q 4`), and the first of them that looks like an option named as one the program does not have. Where
+/// the program runs `subcommands` and none was given, a first word that is not an option is named as a
+/// subcommand it does not have, with the ones it has: "(there is no subcommand nope: devices or stress)".
+inline std::string not_expected(const std::vector<std::string>& args,
+                                const std::vector<std::string>& subcommands = {}) {
   std::string out = "not expected:";
   for (const auto& a : args)
     out += " " + a;
+  if (!subcommands.empty() && !args.empty() && !args[0].starts_with('-')) {
+    std::string names;
+    for (std::size_t i = 0; i < subcommands.size(); ++i)
+      names += (i == 0 ? "" : i + 1 == subcommands.size() ? " or " : ", ") + subcommands[i];
+    return out + " (there is no subcommand " + args[0] + ": " + names + ")";
+  }
   for (const auto& a : args)
     if (a.size() > 1 && a[0] == '-' && !(a[1] >= '0' && a[1] <= '9'))
       return out + " (there is no option " + a.substr(0, a.find('=')) + ")";
   return out;
+}
+
+/// The names of the subcommands `app` has, when none of them was given; otherwise none.
+inline std::vector<std::string> subcommands_not_given(const CLI::App& app) {
+  std::vector<std::string> names;
+  if (!app.get_subcommands().empty()) return names;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+    names.push_back(sub->get_name());
+  return names;
 }
 
 /// Parses the command line with `app`. --help (of the app or of the subcommand given) prints the usage on
@@ -147,7 +165,7 @@ inline std::optional<int> parse(CLI::App& app, int argc, char** argv) {
     return bad(program(app), missing_value(e.what()));
   } catch (const CLI::ExtrasError& e) {
     const auto args = app.remaining(true);
-    return bad(program(app), args.empty() ? e.what() : not_expected(args));
+    return bad(program(app), args.empty() ? e.what() : not_expected(args, subcommands_not_given(app)));
   } catch (const CLI::ParseError& e) {
     return bad(program(app), e.what());
   }

@@ -32,6 +32,13 @@ const char* const usage =
     "                      pool, a registration-cache hit, a pool allocation\n"
     "  stress              register and deregister from several threads; failures by errno\n";
 
+const char* const devices_usage =
+    "usage: coverbs devices [--json | --windows]\n"
+    "  devices             list RDMA devices: memory-window types, limits, default GID of port 1\n"
+    "  devices --json      the same list as a JSON array, one object per device\n"
+    "  devices --windows   self-test a bind, rebind and invalidation of each window type on each\n"
+    "                      device, then print the memory-window counters of this process\n";
+
 int devices(bool json) {
   json_output::json::array out;
   for (const coverbs::device_info& info : coverbs::list_devices()) {
@@ -127,7 +134,7 @@ int main(int argc, char** argv) {
   command_line::describe(app, usage);
   app.require_subcommand(0, 1);
   CLI::App* list = app.add_subcommand("devices");
-  command_line::describe(*list, usage);
+  command_line::describe(*list, devices_usage);
   bool json = false, self_test = false;
   list->add_flag("--json", json);
   list->add_flag("--windows", self_test)->excludes(list->get_option("--json"));

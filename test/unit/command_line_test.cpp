@@ -156,3 +156,21 @@ TEST_CASE("words not expected are listed as given, naming an option the program 
   CHECK_THROWS_AS(app.parse(static_cast<int>(argv.size()), argv.data()), CLI::ExtrasError);
   CHECK(command_line::not_expected(app.remaining(true)) == "not expected: -Q 4 (there is no option -Q)");
 }
+
+TEST_CASE("a word where a subcommand goes is named as a subcommand the program lacks, with the ones it has",
+          "[command_line]") {
+  // `coverbs nope` said "not expected: nope", without saying what was expected there.
+  CLI::App app{"", "prog"};
+  app.require_subcommand(0, 1);
+  app.add_subcommand("devices");
+  app.add_subcommand("stress");
+  std::vector<std::string> args{"prog", "nope", "-x"};
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  CHECK_THROWS_AS(app.parse(static_cast<int>(argv.size()), argv.data()), CLI::ExtrasError);
+  CHECK(command_line::not_expected(app.remaining(true), command_line::subcommands_not_given(app)) ==
+        "not expected: nope -x (there is no subcommand nope: devices or stress)");
+  // With no subcommands to name, an unknown word is only listed.
+  CHECK(command_line::not_expected({"nope"}, {}) == "not expected: nope");
+}
