@@ -249,14 +249,14 @@ bool cq_impl::pop(ibv_wc& wc) {
   return true;
 }
 
-void cq_impl::handle(const ibv_wc& wc, bool may_dispatch) {
+void cq_impl::handle(const ibv_wc& wc, completion_mode mode) {
   --outstanding_;
   ++stats_.completions;
   auto* node = reinterpret_cast<wr_node*>(static_cast<std::uintptr_t>(wc.wr_id));
   if (node->srq)
-    srq_on_completion(node->srq, node, wc, may_dispatch);
+    srq_on_completion(node->srq, node, wc, mode);
   else
-    qp_on_completion(node->qp, node, wc, may_dispatch);
+    qp_on_completion(node->qp, node, wc, mode);
 }
 
 std::size_t cq_impl::drain(bool may_dispatch, std::size_t limit) {
@@ -265,10 +265,14 @@ std::size_t cq_impl::drain(bool may_dispatch, std::size_t limit) {
   std::size_t n = 0;
   ibv_wc wc;
   turn_full_ = false;
+  const completion_mode mode = !may_dispatch ? completion_mode::post
+                               : typed_executor_ && typed_executor_->running_in_this_thread()
+                                   ? completion_mode::invoke
+                                   : completion_mode::dispatch;
   while (n < limit && !closed_ && pop(wc)) {
     ++n;
     try {
-      handle(wc, may_dispatch);
+      handle(wc, mode);
     } catch (...) {
       // A handler run in place threw (only when `may_dispatch`). As Asio does for a handler dispatched in
       // place: finish the turn — the queue's state is whole, the rest is left for the continuation, as

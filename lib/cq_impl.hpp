@@ -35,7 +35,8 @@ public:
   void work_abandoned() noexcept;
 
   /// Polls and dispatches until the queue is empty or `limit` completions were handled (then `turn_full_`).
-  /// `may_dispatch`: handlers may run inline.
+  /// `may_dispatch`: handlers may run inline — called directly when this thread runs the queue's io_context
+  /// (`completion_mode::invoke`, checked once per call), else through `asio::dispatch`.
   std::size_t drain(bool may_dispatch, std::size_t limit);
   /// One dispatch turn: at most `max_completions_per_turn` completions.
   std::size_t drain_turn() { return drain(true, options_.max_completions_per_turn); }
@@ -90,7 +91,7 @@ private:
   /// waiting), or when the turn stopped at its bound and the rest was posted (`yield_turn`).
   bool drain_and_continue();
   bool pop(ibv_wc& wc);
-  void handle(const ibv_wc& wc, bool may_dispatch);
+  void handle(const ibv_wc& wc, completion_mode mode);
   void ack_events(bool all) noexcept;
   /// Arms the queue (ibv_req_notify_cq) unless it is still armed: armed and no event taken since, so the
   /// next completion raises an event — or has raised one that waits in the channel, which the readiness
@@ -126,7 +127,7 @@ bool cq_impl::drain_until(Pred done, std::chrono::steady_clock::time_point deadl
   while (!done()) {
     ibv_wc wc;
     if (pop(wc)) {
-      handle(wc, false);
+      handle(wc, completion_mode::post);
       continue;
     }
     if (std::chrono::steady_clock::now() > deadline) return false;

@@ -39,7 +39,7 @@ public:
   ~queue_pair_impl();
 
   void start(wr_node* n, error_code ec);
-  void on_completion(wr_node* n, const ibv_wc& wc, bool may_dispatch);
+  void on_completion(wr_node* n, const ibv_wc& wc, completion_mode mode);
   void cancel(wr_node* n, boost::asio::cancellation_type type);
   /// Moves the queue pair to the error state (ibv_modify_qp IBV_QPS_ERR): the device flushes everything.
   void to_error(const error_code& why);
@@ -74,7 +74,7 @@ private:
   static void fail(wr_node* n, error_code ec);
 };
 
-void qp_on_completion(queue_pair_impl* qp, wr_node* node, const ibv_wc& wc, bool may_dispatch);
+void qp_on_completion(queue_pair_impl* qp, wr_node* node, const ibv_wc& wc, completion_mode mode);
 /// Fills the receive work request of `n` (wr_id = n) over `buf`; `errc::message_too_long` above 2^31 bytes.
 error_code fill_recv(wr_node& n, const registered_span& buf);
 

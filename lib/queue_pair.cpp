@@ -91,8 +91,8 @@ void cancel_node(wr_node* node, boost::asio::cancellation_type type) noexcept {
   node->qp->cancel(node, type);
 }
 
-void qp_on_completion(queue_pair_impl* qp, wr_node* node, const ibv_wc& wc, bool may_dispatch) {
-  qp->on_completion(node, wc, may_dispatch);
+void qp_on_completion(queue_pair_impl* qp, wr_node* node, const ibv_wc& wc, completion_mode mode) {
+  qp->on_completion(node, wc, mode);
 }
 
 void qp_start(queue_pair_impl* qp, wr_node* node, error_code ec) { qp->start(node, ec); }
@@ -366,7 +366,7 @@ void queue_pair_impl::attach_srq(ibv_pd* pd, shared_receive_queue_impl* srq) {
 
 void queue_pair_impl::fail(wr_node* n, error_code ec) {
   if (n->on_complete) n->on_complete(n, ec);
-  n->complete(n, ec, nullptr, false);
+  n->complete(n, ec, nullptr, completion_mode::post);
 }
 
 void queue_pair_impl::start(wr_node* n, error_code ec) {
@@ -416,7 +416,7 @@ void queue_pair_impl::flush_waiting(work_queue& q) {
     fail(n, make_error_code(wc_errc::wr_flush_err));
 }
 
-void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, bool may_dispatch) {
+void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, completion_mode mode) {
   work_queue& q = queue_of(n);
   ++q.credits;
   --q.outstanding;
@@ -439,7 +439,7 @@ void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, bool may_dispa
   if (ec && n->cancelled) ec = boost::asio::error::operation_aborted;
   if (n->on_complete) n->on_complete(n, ec);
   n->state = node_state::done;
-  n->complete(n, ec, &wc, may_dispatch);
+  n->complete(n, ec, &wc, mode);
 }
 
 void queue_pair_impl::cancel(wr_node* n, boost::asio::cancellation_type type) {

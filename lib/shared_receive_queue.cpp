@@ -41,8 +41,8 @@ const boost::asio::any_io_executor& srq_executor(const shared_receive_queue_impl
   return srq->cq_->executor_;
 }
 void srq_start_wait_limit(shared_receive_queue_impl* srq, wr_node* node) { srq->start_wait_limit(node); }
-void srq_on_completion(shared_receive_queue_impl* srq, wr_node* node, const ibv_wc& wc, bool may_dispatch) {
-  srq->on_completion(node, wc, may_dispatch);
+void srq_on_completion(shared_receive_queue_impl* srq, wr_node* node, const ibv_wc& wc, completion_mode mode) {
+  srq->on_completion(node, wc, mode);
 }
 void srq_cancel(shared_receive_queue_impl* srq, wr_node* node, boost::asio::cancellation_type type) {
   srq->cancel(node, type);
@@ -136,7 +136,7 @@ shared_receive_queue_impl::~shared_receive_queue_impl() {
 
 void shared_receive_queue_impl::fail(wr_node* n, error_code ec) {
   n->state = node_state::done;
-  n->complete(n, ec, nullptr, false);
+  n->complete(n, ec, nullptr, completion_mode::post);
 }
 
 void shared_receive_queue_impl::link_posted(wr_node* n) noexcept {
@@ -176,7 +176,7 @@ void shared_receive_queue_impl::post_now(wr_node* n) {
   cq_->work_started();
 }
 
-void shared_receive_queue_impl::on_completion(wr_node* n, const ibv_wc& wc, bool may_dispatch) {
+void shared_receive_queue_impl::on_completion(wr_node* n, const ibv_wc& wc, completion_mode mode) {
   unlink_posted(n);
   --posted_;
   ++credits_;
@@ -188,7 +188,7 @@ void shared_receive_queue_impl::on_completion(wr_node* n, const ibv_wc& wc, bool
     while (!waiting_.empty() && credits_ > 0)
       post_now(waiting_.pop());
   n->state = node_state::done;
-  n->complete(n, ec, &wc, may_dispatch);
+  n->complete(n, ec, &wc, mode);
 }
 
 void shared_receive_queue_impl::cancel(wr_node* n, boost::asio::cancellation_type type) {

@@ -21,7 +21,7 @@ public:
   ~shared_receive_queue_impl();
 
   void start(wr_node* n, error_code ec);
-  void on_completion(wr_node* n, const ibv_wc& wc, bool may_dispatch);
+  void on_completion(wr_node* n, const ibv_wc& wc, completion_mode mode);
   void cancel(wr_node* n, boost::asio::cancellation_type type);
   void set_limit(std::uint32_t n);
   void start_wait_limit(wr_node* n);
@@ -49,7 +49,7 @@ private:
   std::shared_ptr<srq_registration> registration_;
 };
 
-void srq_on_completion(shared_receive_queue_impl* srq, wr_node* node, const ibv_wc& wc, bool may_dispatch);
+void srq_on_completion(shared_receive_queue_impl* srq, wr_node* node, const ibv_wc& wc, completion_mode mode);
 void srq_cancel(shared_receive_queue_impl* srq, wr_node* node, boost::asio::cancellation_type type);
 
 }  // namespace coverbs::detail

@@ -257,6 +257,50 @@ TEST_CASE("a handler bound to another executor keeps that executor busy until it
   CHECK(other.stopped());
 }
 
+TEST_CASE("completion_queue::poll() outside the loop hands the handlers to the loop, never runs them inline",
+          "[soft]") {
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 16, 64);
+  int done = 0;
+  bool polling = false;
+  for (int i = 0; i < 3; ++i)
+    rig.a.async_write(rig.local_span(8), rig.remote_key(8), [&](cv::error_code ec, std::size_t) {
+      CHECK(ec == cv::error_code{});
+      CHECK_FALSE(polling);
+      CHECK(io.get_executor().running_in_this_thread());
+      ++done;
+    });
+  polling = true;
+  CHECK(rig.cq.poll() == 3);  // this thread does not run `io`: the completions are taken, the handlers queued
+  polling = false;
+  CHECK(done == 0);
+  run_all(io);
+  CHECK(done == 3);
+}
+
+TEST_CASE("a completion queue on a strand runs plain handlers on its strand", "[soft]") {
+  asio::io_context io;
+  soft_verbs::device soft;
+  cv::device dev = cv::device::adopt(soft.context());
+  cv::protection_domain pd{dev};
+  auto strand = asio::make_strand(io);
+  cv::completion_queue cq(strand, dev);
+  cv::queue_pair a(pd, cq), b(pd, cq);
+  cv::connect_pair(a, b);
+  std::vector<std::byte> local(64), remote(64);
+  const cv::registered_span span{std::span(local).subspan(0, 8), 1};
+  const cv::remote_key key{reinterpret_cast<std::uint64_t>(remote.data()), 8, 2};
+  int done = 0;
+  for (int i = 0; i < 8; ++i)
+    a.async_write(span, key, [&](cv::error_code ec, std::size_t) {
+      CHECK(ec == cv::error_code{});
+      CHECK(strand.running_in_this_thread());
+      ++done;
+    });
+  run_all(io);
+  CHECK(done == 8);
+}
+
 TEST_CASE("a coroutine on a strand resumes on its strand", "[soft]") {
   asio::io_context io;
   soft_verbs::soft_pair rig(io, 16, 64);

@@ -54,14 +54,23 @@ enum class result_kind : std::uint8_t {
   srq_receive,  ///< void(error_code, srq_received): a receive posted on a shared receive queue
 };
 
+/// How a finished operation reaches its handler. The completion queue decides once per dispatch turn, so
+/// a completion costs no executor query of its own.
+enum class completion_mode : std::uint8_t {
+  post,      ///< always posted: an initiating function, a queue pair's destructor, a failure before posting
+  dispatch,  ///< `asio::dispatch` to the handler's executor (a turn that is not on the I/O executor's loop thread)
+  invoke,    ///< the turn runs on this thread inside the I/O executor's io_context: a handler associated with that
+             ///< executor is called directly, as Asio calls its own I/O operations' handlers
+};
+
 /// Where a node is in its life.
 enum class node_state : std::uint8_t { waiting_credit, posted, done };
 
 /// Base of every operation: its address is the wr_id of the (last) work request it posts.
 struct wr_node {
   /// Completes the operation: frees the node, then hands `ec` and the result to the handler on its
-  /// executor — inline (dispatch) when `may_dispatch`, else always via post.
-  using complete_fn = void (*)(wr_node*, error_code ec, const ibv_wc* wc, bool may_dispatch);
+  /// executor as `mode` says.
+  using complete_fn = void (*)(wr_node*, error_code ec, const ibv_wc* wc, completion_mode mode);
 
   complete_fn complete = nullptr;
   queue_pair_impl* qp = nullptr;
@@ -156,23 +165,18 @@ auto bind_args(Handler&& handler, Args&& args) {
 }
 
 /// Completes `handler` with `args` on `ex`, the I/O object's executor, which is the handler's associated
-/// executor (or the handler has none): run in place (dispatch) when `may_dispatch`, else posted.
-///
-/// When `ex` is an io_context's executor and the loop is running it on this thread — a completion queue's
-/// dispatch turn, never an initiating function (`may_dispatch` is false there) — the handler is invoked
-/// directly, as Asio's own I/O operations invoke theirs when their executor is the io_context's (the
-/// operation is already running as a handler of that executor): no type-erased `executor_function`, no
-/// work-tracking copies, no fence. An exception it throws leaves through the completion queue, which
-/// finishes its turn and rethrows it (cq_impl::drain).
+/// executor (or the handler has none): posted (`completion_mode::post`), dispatched, or — when the dispatch
+/// turn runs on this thread inside `ex`'s io_context (`completion_mode::invoke`, never in an initiating
+/// function) — invoked directly, as Asio's own I/O operations invoke theirs when their executor is the
+/// io_context's (the operation is already running as a handler of that executor): no type-erased
+/// `executor_function`, no work-tracking copies, no fence. An exception it throws leaves through the
+/// completion queue, which finishes its turn and rethrows it (cq_impl::drain).
 template <class Executor, class Handler, class Args>
-void complete_on(const Executor& ex, Handler&& handler, Args&& args, bool may_dispatch) {
-  if (!may_dispatch)
+void complete_on(const Executor& ex, Handler&& handler, Args&& args, completion_mode mode) {
+  if (mode == completion_mode::invoke)
+    return (void)std::apply(std::forward<Handler>(handler), std::forward<Args>(args));
+  if (mode == completion_mode::post)
     return (void)boost::asio::post(ex, bind_args(std::forward<Handler>(handler), std::forward<Args>(args)));
-  if constexpr (std::is_same_v<Executor, boost::asio::any_io_executor>) {
-    if (const auto* typed = ex.template target<boost::asio::io_context::executor_type>();
-        typed && typed->running_in_this_thread())
-      return (void)std::apply(std::forward<Handler>(handler), std::forward<Args>(args));
-  }
   boost::asio::dispatch(ex, bind_args(std::forward<Handler>(handler), std::forward<Args>(args)));
 }
 
@@ -238,7 +242,7 @@ private:
     }
   }
 
-  static void do_complete(wr_node* base, error_code ec, const ibv_wc* wc, bool may_dispatch) {
+  static void do_complete(wr_node* base, error_code ec, const ibv_wc* wc, completion_mode mode) {
     auto* self = static_cast<wr_op*>(base);
     auto slot = boost::asio::get_associated_cancellation_slot(self->handler_);
     if (slot.is_connected()) slot.clear();
@@ -252,7 +256,7 @@ private:
       if (self->work_) {
         work_executor work(std::move(*self->work_));
         self->destroy(alloc);
-        if (may_dispatch)
+        if (mode != completion_mode::post)
           boost::asio::dispatch(work, bind_args(std::move(handler), std::move(args)));
         else
           boost::asio::post(work, bind_args(std::move(handler), std::move(args)));
@@ -260,7 +264,7 @@ private:
       }
     }
     self->destroy(alloc);
-    complete_on(io_ex, std::move(handler), std::move(args), may_dispatch);
+    complete_on(io_ex, std::move(handler), std::move(args), mode);
   }
 
   struct no_work {};
