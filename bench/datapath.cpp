@@ -69,12 +69,13 @@ struct config {
   bool json = false;
   std::string way = "default";
   int cq_mod = 1;
+  std::size_t inline_bytes = 0;
 };
 
 constexpr const char* usage_text =
     "[--test write_lat|read_lat|send_lat|write_bw|read_bw|send_bw (default write_lat)] [--size BYTES] [--iters N] "
     "[--tx-depth N] [--mode spin|events|adaptive] "
-    "[--way default|use_awaitable|handler|raw|interleaved] [--cq-mod N] [--device NAME] [--json]";
+    "[--way default|use_awaitable|handler|raw|interleaved] [--cq-mod N] [--inline BYTES] [--device NAME] [--json]";
 
 config parse(int argc, char** argv) {
   config c;
@@ -109,6 +110,11 @@ config parse(int argc, char** argv) {
                  "with --way raw on write_bw or read_bw: signal every Nth work request (perftest's -Q); "
                  "default 1, each signaled as coverbs does")
       ->transform(command_line::count(1, 8192));
+  app.add_option("--inline", c.inline_bytes,
+                 "queue_pair_options::max_inline_data of both queue pairs: sends and writes up to this size are "
+                 "copied into the work request (IBV_SEND_INLINE); default 0, as perftest runs rxe (coverbs' own "
+                 "default is 64, UCX's rc_verbs TX_MIN_INLINE 64)")
+      ->transform(command_line::size(0, 4096));
   app.add_option("--device", c.device, "RDMA device name, as ibv_devices lists it (default: the first)");
   app.add_flag("--json", c.json, "print one JSON object of the figures instead of a line of text");
   bench::parse(app, argc, argv);
@@ -122,6 +128,9 @@ config parse(int argc, char** argv) {
     bench::usage_error(app, std::string("--cq-mod applies to --way raw with --test write_bw or read_bw (coverbs "
                                         "signals every work request): drop it or ") +
                                 (c.way != "raw" ? "add --way raw" : "use --test write_bw or read_bw"));
+  if (c.inline_bytes && (c.test.starts_with("read") || c.way == "raw"))
+    bench::usage_error(app, "--inline applies to the writes and sends coverbs posts (--test write_lat, send_lat, "
+                            "write_bw or send_bw, without --way raw): drop it or change --test");
   if (c.cq_mod > c.tx_depth)
     bench::usage_error(app, "--cq-mod " + std::to_string(c.cq_mod) + " is above --tx-depth " +
                                 std::to_string(c.tx_depth) +
@@ -158,7 +167,8 @@ struct side {
     cv::queue_pair_options o;
     o.max_send_wr = static_cast<std::uint32_t>(c.tx_depth + 16);
     o.max_recv_wr = static_cast<std::uint32_t>(c.tx_depth + 16);
-    o.max_inline_data = 0;  // perftest runs rxe with "Max inline data: 0[B]"; compare like with like
+    // perftest runs rxe with "Max inline data: 0[B]" (its -I sets another): compare like with like.
+    o.max_inline_data = static_cast<std::uint32_t>(c.inline_bytes);
     return o;
   }
   cv::registered_span span(std::size_t off, std::size_t n) const { return cv::span_of(mr, off, n); }
@@ -533,6 +543,7 @@ int main(int argc, char** argv) {
                                   {"client_polls_per_op", polls_per_op},
                                   {"client_completions_per_op", completions_per_op}};
       if (c.test == "read_lat") o["way"] = c.way;
+      if (c.inline_bytes) o["inline_bytes"] = c.inline_bytes;
       if (!r.raw_samples_us.empty()) {
         const statistics::summary raw = statistics::summarize(r.raw_samples_us);
         o["raw_t_min_us"] = r3(raw.min);
