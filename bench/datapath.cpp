@@ -113,7 +113,9 @@ config parse(int argc, char** argv) {
   app.add_option("--inline", c.inline_bytes,
                  "queue_pair_options::max_inline_data of both queue pairs: sends and writes up to this size are "
                  "copied into the work request (IBV_SEND_INLINE); default 0, as perftest runs rxe (coverbs' own "
-                 "default is 64, UCX's rc_verbs TX_MIN_INLINE 64)")
+                 "default is 64, UCX's rc_verbs TX_MIN_INLINE 64); the device caps it (rxe at 512 bytes): above the "
+                 "cap the queue "
+                 "pairs are refused with device_limit_exceeded, naming the largest size the device takes")
       ->transform(command_line::size(0, 4096));
   app.add_option("--device", c.device, "RDMA device name, as ibv_devices lists it (default: the first)");
   app.add_flag("--json", c.json, "print one JSON object of the figures instead of a line of text");
@@ -130,7 +132,10 @@ config parse(int argc, char** argv) {
                                 (c.way != "raw" ? "add --way raw" : "use --test write_bw or read_bw"));
   if (c.inline_bytes && (c.test.starts_with("read") || c.way == "raw"))
     bench::usage_error(app, "--inline applies to the writes and sends coverbs posts (--test write_lat, send_lat, "
-                            "write_bw or send_bw, without --way raw): drop it or change --test");
+                            "write_bw or send_bw, without --way raw): " +
+                                std::string(c.way == "raw" ? "drop --inline or --way raw (the raw loop posts "
+                                                             "without IBV_SEND_INLINE)"
+                                                           : "drop it or change --test"));
   if (c.cq_mod > c.tx_depth)
     bench::usage_error(app, "--cq-mod " + std::to_string(c.cq_mod) + " is above --tx-depth " +
                                 std::to_string(c.tx_depth) +

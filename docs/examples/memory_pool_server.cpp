@@ -1050,8 +1050,10 @@ struct too_many_sessions : step_failed {
 
 /// The line saying that the sessions wait for a compaction, how to start one, and for how long they wait.
 std::string waiting_note(const client_config& c) {
-  return "memory_pool_server: waiting for a compaction (start one: memory_pool_server --connect " + c.host + " " +
-         std::to_string(c.port) + " --admin compact); giving up after " + std::to_string(c.timeout) + " s (--timeout)";
+  return "memory_pool_server: waiting for a compaction, as the scenario does (the demo's admin starts one; by hand: "
+         "memory_pool_server --connect " +
+         c.host + " " + std::to_string(c.port) + " --admin compact), for at most " + std::to_string(c.timeout) +
+         " s (--timeout)";
 }
 
 /// One client session: the scenario from the file comment. Records into `st`; never throws.
