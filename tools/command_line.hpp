@@ -152,13 +152,18 @@ inline std::vector<std::string> subcommands_not_given(const CLI::App& app) {
 }
 
 /// Parses the command line with `app`. --help (of the app or of the subcommand given) prints the usage on
-/// stdout; bad input prints what was wrong on stderr, naming the option and what it takes.
+/// stdout once every other argument was taken; bad input, before or after --help, prints what was wrong on
+/// stderr, naming the option and what it takes.
 /// @returns the exit status to leave with now (0 after --help, 2 for bad input), or nothing to go on.
 inline std::optional<int> parse(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
     return std::nullopt;
   } catch (const CLI::CallForHelp&) {
+    // CLI11 answers --help before it looks for arguments it did not take: `--bogus --help` printed the usage
+    // and exited 0, so a script checking its arguments with a trailing --help let unknown options through.
+    if (const auto args = app.remaining(true); !args.empty())
+      return bad(program(app), not_expected(args, subcommands_not_given(app)));
     std::fputs(app.help().c_str(), stdout);
     return 0;
   } catch (const CLI::ArgumentMismatch& e) {
