@@ -81,6 +81,12 @@ unmap_monitor::unmap_monitor() {
 
 unmap_monitor::~unmap_monitor() {
   if (!loop_) return;
+  stop();
+  loop_.reset(); // closes the fd: the kernel drops every watch and releases any thread still waiting
+}
+
+void unmap_monitor::stop() noexcept {
+  if (!thread_.joinable()) return;
   // Unwatch first, so no munmap can wait for a reader that is going away.
   for (const auto& [begin, end] : watched_) {
     uffdio_range range{begin, end - begin};
@@ -88,7 +94,7 @@ unmap_monitor::~unmap_monitor() {
   }
   loop_->io.stop();
   thread_.join();
-  loop_.reset(); // closes the fd: the kernel drops every watch and releases any thread still waiting
+  read_events(); // what the thread had not read yet (the fd is non-blocking)
 }
 
 bool unmap_monitor::watch(const void* p, std::size_t n) noexcept {
@@ -168,7 +174,25 @@ cache_state::cache_state(const cache_options& options)
   if (options.monitor) monitor_ = std::make_unique<unmap_monitor>();
 }
 
-cache_state::~cache_state() { monitor_.reset(); }
+cache_state::~cache_state() {
+  if (monitor_ && !monitor_->status()) {
+    // Handles outlive the cache: let them keep what happened to their memory while it watched.
+    monitor_->stop();
+    graveyard dead;
+    apply_events_locked(dead); // no other owner is left: nothing else can take the lock
+  }
+  monitor_.reset();
+}
+
+void cache_state::apply_events() noexcept {
+  if (!monitor_ || monitor_->status()) return;
+  while (monitor_->reading()) // as in apply_events_locked, without the lock while nothing is queued
+    std::this_thread::yield();
+  if (!monitor_->pending()) return;
+  graveyard dead; // destroyed after the lock is released: deregistration never runs under it
+  std::lock_guard lock(mutex_);
+  apply_events_locked(dead);
+}
 
 error_code cache_state::monitor_status() const noexcept {
   return monitor_ ? monitor_->status() : errno_code(EOPNOTSUPP);
@@ -246,6 +270,7 @@ shared_region cache_state::insert(const shared_region& fresh, std::uint64_t epoc
   entry->end = e;
   entry->mr = fresh.owner();
   entry->monitored = monitored;
+  if (monitored) fresh.owner()->link(shared_from_this()); // so its handles' valid() applies this monitor's events
   idx.emplace(b, entry);
   ++entries_;
   bytes_pinned_ += reg.size();
@@ -336,6 +361,22 @@ cache_stats cache_state::stats() const {
   s.bytes_pinned = bytes_pinned_;
   s.unmonitored = unmonitored_;
   return s;
+}
+
+// --- shared_mr's view of its cache (registration_core.hpp) ---
+
+void shared_mr::link(const std::shared_ptr<cache_state>& cache) const noexcept {
+  int none = 0;
+  if (!link_state_.compare_exchange_strong(none, 1, std::memory_order_acquire)) return; // linked already
+  cache_ = cache;
+  link_state_.store(2, std::memory_order_release);
+}
+
+bool shared_mr::valid() const noexcept {
+  if (invalidated()) return false;
+  if (link_state_.load(std::memory_order_acquire) == 2)
+    if (const auto cache = cache_.lock()) cache->apply_events();
+  return !invalidated();
 }
 
 } // namespace detail

@@ -22,9 +22,18 @@
 ///  - all of it when userfaultfd(2) is refused (`monitor_status()` says why; e.g. an unprivileged process
 ///    with vm.unprivileged_userfaultfd=0 on a kernel before 5.11 or without /dev/userfaultfd access).
 /// Watching pins nothing and traps no page faults (mode WP without write-protecting), but an munmap of a
-/// watched range waits until the monitor thread has read the event (microseconds). The thread that unmapped
-/// sees the invalidation as soon as munmap returns: lookups first apply queued events.
+/// watched range waits until the monitor thread has read the event (microseconds). Once the unmapping call
+/// has returned, every thread it happens-before sees the invalidation: lookups, inserts, `stats()` and
+/// `shared_region::valid()` first apply the queued events (valid() takes the cache's lock only when some
+/// are queued).
 /// Forked children do not inherit the watches (UFFD_FEATURE_EVENT_FORK is not requested).
+///
+/// What an invalidated registration still does: it stays registered — its pages pinned, its lkey and rkey
+/// live, naming the *old* pages — until its last handle goes. A write through it (local, or from a peer
+/// holding `remote()`) succeeds into pages the process no longer sees. So check `valid()` right before
+/// posting an operation with a handle's keys and before sending `remote()` to a peer, drop the handle when
+/// it is false, and do not unmap or replace memory while a peer may still write into it: invalidation
+/// cannot take a key back from a peer, only the deregistration after the last handle goes does.
 
 #include <coverbs/detail/cache_state.hpp>
 #include <coverbs/registration_service.hpp>
@@ -60,7 +69,8 @@ struct cache_stats {
 /// A cache of registrations over a `registration_service` (which runs the misses).
 ///
 /// Lifetime: the service outlives the cache. Destroying the cache deregisters unused entries; handles
-/// outlive it safely (their registration goes with the last one).
+/// outlive it safely (their registration goes with the last one) and keep the invalidations the cache had
+/// received, but `valid()` no longer follows their memory once it is gone.
 /// @par Thread Safety
 /// Thread-safe, and may be shared across loops (threads): the index is guarded by a mutex and misses run
 /// on the service's workers. `async_acquire` completes on the handler's associated executor, else the
@@ -73,19 +83,22 @@ public:
   ~registration_cache();
 
   /// A handle to `buffer` inside a cached registration of `pd` with exactly `rights`, or nothing. Never
-  /// blocks on the kernel; counts a hit or a miss.
+  /// blocks on the kernel; counts a hit or a miss. Valid when returned (queued unmap events are applied
+  /// first); later unmappings turn it invalid (`shared_region::valid()`).
   std::optional<shared_region> lookup(protection_domain& pd, std::span<std::byte> buffer, access rights) {
     return state_->lookup(pd.native_handle(), buffer, rights);
   }
 
   /// A handle to `buffer`: from the cache, else registered (on the service's workers, merged with
-  /// concurrent misses) and cached.
+  /// concurrent misses) and cached. A hit whose memory was unmapped or replaced before the completion runs
+  /// is registered anew (a miss). A miss whose memory was unmapped or replaced *while* it was being
+  /// registered completes with success and a handle whose `valid()` is false (not cached): check it.
   /// @par Completion Signature
   /// `void(error_code, shared_region)`.
   /// @par Errors
   /// As `reg_shared` (registration_service.hpp).
   /// @par Per-Operation Cancellation
-  /// Terminal: as `reg_shared` for a miss; a hit completes.
+  /// Terminal: as `reg_shared` for a miss (also a hit registered anew); a hit completes.
   /// @par Thread Safety
   /// Any thread; the handler runs on its associated executor (else the service's), never inside this call.
   template <typename CompletionToken = boost::asio::use_awaitable_t<>>
@@ -133,7 +146,16 @@ struct registration_cache::acquire_op {
       epoch = state->prepare(buffer);
       reg_shared(*service, *pd, buffer, rights, std::move(self));
       return;
-    case delivering_hit: self.complete(error_code{}, std::move(*hit)); return;
+    case delivering_hit:
+      if (!hit->valid()) { // the memory changed since the lookup: register what is there now
+        hit.reset();
+        phase = registering;
+        epoch = state->prepare(buffer);
+        reg_shared(*service, *pd, buffer, rights, std::move(self));
+        return;
+      }
+      self.complete(error_code{}, std::move(*hit));
+      return;
     case registering:
       if (!ec) fresh = state->insert(fresh, epoch, pd->native_handle(), rights);
       self.complete(ec, std::move(fresh));

@@ -150,9 +150,14 @@ public:
   std::span<std::byte> registration() const noexcept {
     return mr_ ? std::span<std::byte>{mr_->data(), mr_->size()} : std::span<std::byte>{};
   }
-  /// False once the memory under the registration was unmapped or replaced (registration_cache sets it):
-  /// the keys then name pages the process no longer sees at these addresses.
-  bool valid() const noexcept { return mr_ && !mr_->invalidated(); }
+  /// False once the memory under the registration was unmapped or replaced, as registration_cache sees it
+  /// (its `invalidate()`, or its userfaultfd monitor: munmap, mmap MAP_FIXED, mremap, madvise DONTNEED /
+  /// REMOVE — false as soon as that call has returned, on any thread that call happens-before). The keys
+  /// then name pages the process no longer sees at these addresses, and stay live: the pages stay pinned
+  /// and a peer holding `rkey()` can still write into them until the last handle goes. Always true for a
+  /// `reg_shared` region outside a cache; false for an empty handle. What the cache's monitor cannot see
+  /// (registration_cache.hpp), and anything after the cache is destroyed, leaves it true.
+  bool valid() const noexcept { return mr_ && mr_->valid(); }
   /// True when both are parts of the same registration.
   bool shares_registration_with(const shared_region& o) const noexcept { return mr_ && mr_ == o.mr_; }
   ibv_mr* native_handle() const noexcept { return mr_ ? mr_->native_handle() : nullptr; }

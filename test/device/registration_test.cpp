@@ -5,6 +5,7 @@
 #include <coverbs/registration_cache.hpp>
 
 #include "../registration_support.hpp"
+#include "../unmapping.hpp"
 #include "loopback.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -23,9 +24,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -481,6 +484,55 @@ TEST_CASE_METHOD(fixture,
   CHECK(m.p[4095] == std::byte{0x33}); // the data lands in the memory the process sees now
   old = {};
   CHECK(cache.stats().invalidations == 2);
+}
+
+TEST_CASE_METHOD(fixture, "a held cache handle is invalid as soon as the call that unmaps or replaces its memory "
+                          "returns, and its keys still reach the old pages",
+                 "[cache][monitor]") {
+  cv::registration_service service(io.get_executor());
+  cv::registration_cache cache(service);
+  INFO(cache.monitor_status().message());
+  REQUIRE_FALSE(cache.monitor_status());
+  for (const cv::test::unmapping u : cv::test::every_unmapping) {
+    INFO(cv::test::name(u));
+    {
+      cv::test::four_pages m;
+      const auto held = acquire(cache, {m.p, m.n});
+      REQUIRE(held.valid());
+      REQUIRE(cv::test::take_away(u, m.p, m.n, m.to.p));
+      CHECK_FALSE(held.valid());        // no other cache call in between
+      CHECK(mrs_now() == baseline + 1); // still registered: the handle holds it
+      if (u == cv::test::unmapping::map_fixed) {
+        // What valid() warns of: a write through the old keys succeeds into pages the process gave back.
+        mapping source(4096);
+        std::memset(source.p, 0x5a, 4096);
+        cv::memory_region source_mr(pd, source.span(), cv::access::local_write);
+        cv::test::loopback qp(dev, pd);
+        CHECK(qp.write(cv::span_of(source_mr), held.remote().slice(0, 4096)) == IBV_WC_SUCCESS);
+        CHECK(m.p[0] == std::byte{0}); // the process's new page never sees it
+      }
+    }
+    CHECK(mrs_now() == baseline); // the last handle went: deregistered
+  }
+  CHECK(cache.stats().invalidations == std::size(cv::test::every_unmapping));
+}
+
+TEST_CASE_METHOD(fixture, "a thread polling a cache handle's valid() never sees true after another thread unmapped",
+                 "[cache][monitor][race]") {
+  cv::registration_service service(io.get_executor());
+  cv::registration_cache cache(service);
+  INFO(cache.monitor_status().message());
+  REQUIRE_FALSE(cache.monitor_status());
+  constexpr int rounds = 40;
+  const auto r = cv::test::race_valid_against_unmapping(rounds, [&](std::span<std::byte> bytes) {
+    auto held = acquire(cache, bytes);
+    REQUIRE(held.valid());
+    return held;
+  });
+  CHECK(r.failed_calls == 0);
+  CHECK(r.polls_after == rounds);
+  CHECK(r.stale == 0);
+  CHECK(cache.stats().invalidations == rounds);
 }
 
 TEST_CASE_METHOD(fixture, "pool buffers carry working keys for RDMA write and read", "[pool]") {

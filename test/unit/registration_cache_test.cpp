@@ -1,7 +1,9 @@
 // registration_cache against a fake registrar: hits on contained ranges, LRU limits, explicit invalidation
-// and the userfaultfd monitor (munmap, MAP_FIXED, mremap, MADV_DONTNEED) on this host's kernel.
+// and the userfaultfd monitor (munmap, MAP_FIXED, mremap, MADV_DONTNEED) on this host's kernel, including
+// what a held handle's valid() says the moment the unmapping call returns.
 #include <coverbs/registration_cache.hpp>
 
+#include "../unmapping.hpp"
 #include "fake_registrar.hpp"
 
 #include <boost/asio/io_context.hpp>
@@ -10,6 +12,8 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
+#include <iterator>
 #include <thread>
 
 namespace cv = coverbs;
@@ -18,7 +22,9 @@ using cv::error_code;
 
 namespace {
 
+using cv::test::four_pages;
 using cv::test::mapping;
+using cv::test::unmapping;
 
 struct fixture {
   std::shared_ptr<cv::test::fake_registrar> fake = std::make_shared<cv::test::fake_registrar>();
@@ -239,4 +245,83 @@ TEST_CASE_METHOD(fixture, "a bad neighbour acquired in the same turn fails alone
   auto again = cache.lookup(pd, memory.span(0, 4096), rw);
   REQUIRE(again);
   CHECK(again->shares_registration_with(a));
+}
+
+TEST_CASE_METHOD(fixture, "a held handle is invalid as soon as the call that unmaps or replaces its memory returns",
+                 "[cache][monitor]") {
+  for (const unmapping u : cv::test::every_unmapping) {
+    DYNAMIC_SECTION(cv::test::name(u)) {
+      cv::registration_cache cache(service);
+      if (cache.monitor_status()) {
+        WARN("skipped, no userfaultfd monitor on this host: " << cache.monitor_status().message());
+        return;
+      }
+      four_pages m;
+      const auto held = acquire(cache, {m.p, m.n});
+      REQUIRE(held.valid());
+      REQUIRE(cv::test::take_away(u, m.p, m.n, m.to.p));
+      CHECK_FALSE(held.valid()); // no other cache call in between
+      CHECK(held);               // still a handle: the registration stays while it is held
+      CHECK(fake->live() == 1);
+    }
+  }
+}
+
+TEST_CASE_METHOD(fixture, "a thread polling valid() never sees true after another thread's unmapping call returned",
+                 "[cache][monitor][race]") {
+  cv::registration_cache cache(service);
+  if (cache.monitor_status()) {
+    WARN("skipped, no userfaultfd monitor on this host: " << cache.monitor_status().message());
+    return;
+  }
+  constexpr int rounds = 250;
+  const auto r = cv::test::race_valid_against_unmapping(rounds, [&](std::span<std::byte> bytes) {
+    auto held = acquire(cache, bytes);
+    REQUIRE(held.valid());
+    return held;
+  });
+  CHECK(r.failed_calls == 0);
+  CHECK(r.polls_after == rounds);
+  CHECK(r.stale == 0);
+  CHECK(cache.stats().invalidations == rounds);
+}
+
+TEST_CASE_METHOD(fixture, "a hit whose memory is replaced before its completion runs is registered anew",
+                 "[cache][monitor]") {
+  cv::registration_cache cache(service);
+  if (cache.monitor_status()) {
+    WARN("skipped, no userfaultfd monitor on this host: " << cache.monitor_status().message());
+    return;
+  }
+  four_pages m;
+  const auto first = acquire(cache, {m.p, m.n});
+  error_code ec;
+  cv::shared_region got;
+  cache.async_acquire(pd, {m.p, m.n}, rw, [&](error_code e, cv::shared_region r) { ec = e, got = std::move(r); });
+  REQUIRE(cv::test::take_away(unmapping::map_fixed, m.p, m.n, nullptr)); // after the lookup, before the completion
+  io.restart();
+  io.run();
+  REQUIRE_FALSE(ec);
+  CHECK(got.valid());
+  CHECK_FALSE(got.shares_registration_with(first));
+  CHECK(fake->reg_calls() == 2);
+}
+
+TEST_CASE_METHOD(fixture, "a handle that outlives its cache keeps the invalidation the cache had not applied yet",
+                 "[cache][monitor]") {
+  cv::shared_region held;
+  four_pages m;
+  {
+    cv::registration_cache cache(service);
+    if (cache.monitor_status()) {
+      WARN("skipped, no userfaultfd monitor on this host: " << cache.monitor_status().message());
+      return;
+    }
+    held = acquire(cache, {m.p, m.n});
+    REQUIRE(cv::test::take_away(unmapping::munmap, m.p, m.n, nullptr));
+  } // no cache call between the munmap and the cache's end
+  CHECK_FALSE(held.valid());
+  CHECK(fake->live() == 1);
+  held = {};
+  CHECK(fake->live() == 0);
 }

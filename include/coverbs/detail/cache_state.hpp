@@ -39,7 +39,9 @@ namespace detail {
 /// loop on the monitor's own thread: a monitor on a thread that itself unmaps watched memory would
 /// deadlock. Events go through a lock-free ring and the monitor thread does nothing else (no lock, no
 /// free(3) that could itself unmap watched memory); the cache applies them under its own lock before
-/// every lookup. `reading()` lets it wait out the instant between read(2) and the push.
+/// every lookup, insert and `stats()`, and `shared_region::valid()` applies them too (`apply_events`).
+/// `reading()` lets them wait out the instant between read(2) and the push: the kernel releases the
+/// unmapping thread inside read(2), so once munmap returned its event is queued or `reading()` is true.
 class unmap_monitor {
 public:
   unmap_monitor();
@@ -52,6 +54,9 @@ public:
   /// Registers the pages covering [p, p + n) with the userfaultfd; false when refused (memory types
   /// userfaultfd cannot watch, such as regular file mappings).
   bool watch(const void* p, std::size_t n) noexcept;
+  /// Unwatches everything, stops the monitor thread and reads what is still queued in the kernel (releasing
+  /// the threads it held), so `drain` then returns every event of the watch's lifetime. Idempotent.
+  void stop() noexcept;
   /// Moves queued invalidated ranges into `out`; sets `overflow` when ranges were lost (invalidate all).
   void drain(std::vector<std::pair<std::uintptr_t, std::uintptr_t>>& out, bool& overflow) noexcept;
   /// True while the monitor thread is between reading events and queueing them.
@@ -93,7 +98,7 @@ struct cache_entry {
 /// The cache proper. Thread-safe. A hit costs a lock, an index walk and a shared_ptr copy: no allocation
 /// and no callback when a handle goes; unused entries are found (and evicted, least recently used first)
 /// when the limits are exceeded.
-class cache_state {
+class cache_state : public std::enable_shared_from_this<cache_state> {
 public:
   explicit cache_state(const cache_options& options);
   ~cache_state();
@@ -106,6 +111,9 @@ public:
   shared_region insert(const shared_region& fresh, std::uint64_t epoch, ibv_pd* pd, access rights);
   std::size_t invalidate(std::uintptr_t begin, std::uintptr_t end);
   void clear();
+  /// Applies the monitor's queued events (under the lock, only when there are some): handles of entries
+  /// whose memory went away turn invalid. For `shared_mr::valid()`; never called under the lock.
+  void apply_events() noexcept;
   cache_stats stats() const;
   error_code monitor_status() const noexcept;
 

@@ -59,6 +59,8 @@ struct accounting {
   error_code dereg(ibv_mr* mr) noexcept;
 };
 
+class cache_state;
+
 /// One registration shared by several holders (batch mode, the cache). Deregistered when the last holder
 /// lets go, on that holder's thread.
 class shared_mr {
@@ -72,15 +74,27 @@ public:
   access rights() const noexcept { return rights_; }
   std::byte* data() const noexcept { return static_cast<std::byte*>(mr_->addr); }
   std::size_t size() const noexcept { return mr_->length; }
-  /// Set when the memory under the registration changed (unmapped, remapped, returned to the system).
+  /// Set when the memory under the registration changed (unmapped, remapped, returned to the system), as far
+  /// as the cache has applied its monitor's events; `valid()` applies them first.
   bool invalidated() const noexcept { return invalidated_.load(std::memory_order_acquire); }
   void invalidate() const noexcept { invalidated_.store(true, std::memory_order_release); }
+  /// Ties the registration to the cache whose userfaultfd monitor watches its memory, so `valid()` can apply
+  /// that monitor's queued events. Set once, by the first cache that indexes it with its memory watched (a
+  /// page can be watched by one userfaultfd only). Any thread (lib/registration_cache.cpp).
+  void link(const std::shared_ptr<cache_state>& cache) const noexcept;
+  /// Not invalidated, once the events the linked cache's monitor has read are applied: an unmapping call
+  /// (munmap, mmap MAP_FIXED, mremap, madvise DONTNEED) that returned before this call is seen. Takes the
+  /// cache's lock only when events are queued; may then deregister unused cache entries whose memory went
+  /// away, on the calling thread. Any thread (lib/registration_cache.cpp).
+  bool valid() const noexcept;
 
 private:
   std::shared_ptr<accounting> acct_;
   ibv_mr* mr_;
   access rights_;
   mutable std::atomic<bool> invalidated_{false};
+  mutable std::atomic<int> link_state_{0};   // 0: no cache, 1: being linked, 2: `cache_` set (then immutable)
+  mutable std::weak_ptr<cache_state> cache_; // weak: handles outlive the cache
 };
 
 class registration_core;
