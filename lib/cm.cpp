@@ -1,5 +1,6 @@
 #include <coverbs/cm.hpp>
 
+#include "cq_impl.hpp"
 #include "io_owner.hpp"
 #include "qp_impl.hpp"
 
@@ -344,6 +345,11 @@ public:
   bool waiting_ = false, closed_ = false;
   bool passive_ = false;       // accepted by a listener
   bool loopback_dst_ = false;  // connecting to a loopback or wildcard address
+  /// A listener's handshake on the accept's own completion queue (`options.cq`): the entries its queue pair
+  /// reserved there, given back until the requester finished the handshake. Several handshakes may run on one
+  /// accept's options (half-open peers, see listener::async_accept) though only one can become its
+  /// connection; nothing completes on a queue pair nobody can post to, so only an established one holds entries.
+  std::size_t deferred_entries_ = 0;
 
   void wait() {
     if (waiting_ || closed_ || !channel_ || !channel_->fd) return;
@@ -484,7 +490,12 @@ public:
     }
     queue_pair_options qo = options_.qp;
     qo.port = id_->port_num;
+    const std::size_t reserved_before = cq_->impl().reserved_;
     qp_.emplace(*pd_, *cq_, qo);
+    if (passive_ && options_.cq) {
+      deferred_entries_ = cq_->impl().reserved_ - reserved_before;
+      cq_->impl().unreserve(deferred_entries_);
+    }
     ibv_qp_attr attr{};
     int mask = 0;
     attr.qp_state = IBV_QPS_INIT;
@@ -571,6 +582,15 @@ public:
   }
 
   void established() {
+    if (deferred_entries_) {  // the handshake becomes a connection on the accept's queue: its entries now
+      if (!cq_->impl().reserve(deferred_entries_))
+        throw system_error(make_error_code(errc::cq_overcommitted),
+                           "accept: the requester finished the handshake, but connection_options::cq (depth " +
+                               std::to_string(cq_->impl().depth_) + ", " + std::to_string(cq_->impl().reserved_) +
+                               " entries reserved) has no room for its queue pair (" +
+                               std::to_string(deferred_entries_) + " entries); give each accept a deeper queue");
+      deferred_entries_ = 0;
+    }
     phase_ = phase::established;
     if (timer_) timer_->cancel();
     std::shared_ptr<pending_op> op = std::move(op_);
@@ -584,6 +604,8 @@ public:
     closed_ = true;
     if (timer_) timer_->cancel();
     if (channel_) channel_->release_fd();
+    if (qp_ && deferred_entries_) cq_->impl().reserved_ += deferred_entries_;  // the queue pair gives them back
+    deferred_entries_ = 0;
     qp_.reset();
     own_cq_.reset();
     own_pd_.reset();
@@ -687,6 +709,11 @@ public:
   /// How long a request waits in the backlog while every pending accept is mid-handshake before it is
   /// handshaken alongside (a well-behaved requester finishes well within it; a half-open one never does).
   static constexpr std::chrono::milliseconds grace{2000};
+  /// Once overdue, how long after one request is taken alongside before the next is: a well-behaved requester
+  /// finishes within it (its ready-to-use is one round trip away) and completes the accept, so the next
+  /// request gets a free accept of its own instead of racing it for one accept's resources (the loser would be
+  /// dropped, `listener_stats::dropped`); a half-open one costs the backlog no more than this.
+  static constexpr std::chrono::milliseconds alongside_spacing{250};
 
   asio::any_io_executor ex_;
   listener_options options_;
@@ -703,28 +730,39 @@ public:
   bool grace_armed_ = false;
   /// Every pending accept has been mid-handshake for `grace`: requests are taken alongside until one completes.
   bool overdue_ = false;
+  std::chrono::steady_clock::time_point last_alongside_{};  ///< when a request was last taken alongside
+  std::uint64_t accepts_completed_ = 0;  ///< for the grace timer: an accept completed since it was armed
 
   std::size_t most_handshakes() const noexcept { return static_cast<std::size_t>(std::max(options_.backlog, 1)); }
   bool free_accept() const noexcept {
     return std::any_of(accepts_.begin(), accepts_.end(), [](const auto& a) { return a->handshakes == 0; });
   }
   /// Requests are taken while an accept is pending with no handshake in progress (or all have been busy for
-  /// `grace`) and fewer than `backlog` handshakes run; otherwise they wait in the kernel's backlog.
+  /// `grace`, and the last one taken alongside had `alongside_spacing` to finish) and fewer than `backlog`
+  /// handshakes run; otherwise they wait in the kernel's backlog.
   bool taking() const noexcept {
-    return !closed_ && !accepts_.empty() && handshakes_.size() < most_handshakes() && (overdue_ || free_accept());
+    return !closed_ && !accepts_.empty() && handshakes_.size() < most_handshakes() &&
+           (free_accept() || (overdue_ && std::chrono::steady_clock::now() - last_alongside_ >= alongside_spacing));
   }
 
   /// Every pending accept is mid-handshake: after `grace` requests are taken alongside, so that peers which
-  /// never finish (half-open) hold the listener no longer than that.
+  /// never finish (half-open) hold the listener no longer than that. Once overdue: wakes when the next
+  /// request may be taken alongside.
   void arm_grace() {
-    if (grace_armed_ || overdue_ || closed_ || accepts_.empty() || free_accept() || !grace_timer_) return;
+    if (grace_armed_ || closed_ || accepts_.empty() || free_accept() || !grace_timer_) return;
+    if (overdue_ && handshakes_.size() >= most_handshakes()) return;  // a handshake that ends calls wait()
     grace_armed_ = true;
-    grace_timer_->expires_after(grace);
-    grace_timer_->async_wait([weak = weak_from_this()](const error_code& ec) {
+    if (overdue_)
+      grace_timer_->expires_at(last_alongside_ + alongside_spacing);
+    else
+      grace_timer_->expires_after(grace);
+    grace_timer_->async_wait([weak = weak_from_this(), round = accepts_completed_](const error_code& ec) {
       auto self = weak.lock();
       if (!self) return;
       self->grace_armed_ = false;
-      if (ec || self->closed_ || self->accepts_.empty() || self->free_accept()) return self->wait();
+      // An accept completed since (its cancel may come too late for a timer that had expired): a new grace.
+      if (ec || self->closed_ || self->accepts_.empty() || self->free_accept() || round != self->accepts_completed_)
+        return self->wait();
       self->overdue_ = true;
       self->wait();
     });
@@ -763,6 +801,7 @@ public:
     // The oldest accept without a handshake in progress, else the oldest.
     const auto free = std::find_if(accepts_.begin(), accepts_.end(), [](const auto& a) { return a->handshakes == 0; });
     const std::shared_ptr<pending_op> owner = free != accepts_.end() ? *free : accepts_.front();
+    if (free == accepts_.end()) last_alongside_ = std::chrono::steady_clock::now();
     rdma_event_channel* raw = nullptr;
     try {
       raw = new_event_channel();
@@ -836,6 +875,7 @@ public:
     if (const auto it = std::find(accepts_.begin(), accepts_.end(), op); it != accepts_.end()) accepts_.erase(it);
     op->listener.reset();
     overdue_ = false;  // the next accept gets a grace of its own
+    ++accepts_completed_;
     if (grace_armed_ && grace_timer_) grace_timer_->cancel();  // its handler re-arms it from now
     const bool orphans = op->handshakes != 0;
     if (orphans) {

@@ -309,7 +309,10 @@ public:
   /// accepted meanwhile. While every pending accept has a handshake in progress, requests wait in the
   /// backlog; once that has lasted 2 s (a well-behaved requester finishes well within it, a half-open one
   /// never does) they are taken and handshaken alongside, with the options of the oldest pending accept,
-  /// until an accept completes.
+  /// one every 250 ms (time for a well-behaved requester to finish and complete that accept, so that the
+  /// next one gets an accept of its own), until an accept completes. A handshake's queue pair reserves its
+  /// entries in `options.cq` only once its requester finished (nothing can complete on it before): however
+  /// many half-open peers are handshaken alongside, they take no room from the connection the accept is for.
   ///
   /// The first of an accept's handshakes to finish completes it; a later one completes the oldest pending
   /// accept with the same options (peer executor, pd, cq, private data, queue pair sizes, retry counts: e.g.
@@ -324,6 +327,7 @@ public:
   /// they never complete an accept.
   /// @par Completion Signature `void(error_code, connection)`
   /// @par Errors `errc::device_mismatch` (options.pd/cq on another device), `errc::private_data_too_long`,
+  /// `errc::cq_overcommitted` (options.cq has no room for another queue pair of `options.qp`'s sizes),
   /// errno of ibv_create_qp / ibv_modify_qp / rdma_accept (the request is then rejected). In every case the
   /// listener keeps listening. A failed accept's empty connection is bound to its peer executor.
   /// @par Per-Operation Cancellation terminal, partial, total: a pending accept completes with

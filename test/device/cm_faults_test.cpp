@@ -17,6 +17,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <functional>
@@ -256,6 +257,108 @@ TEST_CASE("over a hundred aborted handshakes do not stop a server: the next clie
   REQUIRE_FALSE(ec);
   CHECK(server.accepted.size() == 1);
   CHECK(server.errors.empty());
+}
+
+// memory_pool_server's shape: one accept pending at a time, each with a completion queue of its own sized for
+// one queue pair (depth 64, queue pairs of 16 + 4 entries). Requests taken while half-open peers hold the
+// pending accept are handshaken alongside it; none may take entries of a completion queue that is not the
+// one of the accept its connection completes.
+TEST_CASE("half-open peers handshaken alongside fill no accept's completion queue, and each client gets its "
+          "own accept's queue",
+          "[cm][faults]") {
+  test::event_loop loop;
+  cv::listener_options lo;
+  lo.establish_timeout = 120s;  // the half-open peers stay for the whole case
+  cv::listener l(loop.io.get_executor(), address, 0, lo);
+  cv::protection_domain pd(l.get_device());
+
+  struct accepted_connection {
+    cv::completion_queue* asked;  // the accept's options.cq
+    cv::connection conn;
+  };
+  std::vector<std::unique_ptr<cv::completion_queue>> queues;  // one per accept, alive until the end
+  std::vector<accepted_connection> accepted;
+  std::vector<cv::error_code> errors;
+  std::function<void()> accept_next = [&] {
+    cv::completion_queue_options co;
+    co.depth = 64;
+    queues.push_back(std::make_unique<cv::completion_queue>(loop.io, l.get_device(), co));
+    cv::connection_options o;
+    o.qp.max_send_wr = 16;
+    o.qp.max_recv_wr = 4;
+    o.pd = &pd;
+    o.cq = queues.back().get();
+    l.async_accept(o, [&, asked = o.cq](cv::error_code ec, cv::connection c) {
+      if (ec)
+        errors.push_back(ec);
+      else
+        accepted.push_back({asked, std::move(c)});
+      if (ec != asio::error::operation_aborted) accept_next();
+    });
+  };
+  accept_next();
+
+  constexpr std::size_t half_open = 16;
+  std::atomic<std::size_t> replied{0}, tried{0};
+  peer_thread peers;
+  peers.thread = std::thread([&, port = l.local_port()] {
+    std::vector<std::unique_ptr<raw_peer>> ps;
+    for (std::size_t i = 0; i < half_open && !peers.stop; ++i) {
+      ps.push_back(std::make_unique<raw_peer>());
+      if (ps.back()->half_open(port, peers.stop)) ++replied;
+      ++tried;
+    }
+    while (!peers.stop) std::this_thread::sleep_for(50ms);  // never rdma_establish
+  });
+  // The first takes the pending accept; the others are taken alongside once it was busy for 2 s.
+  REQUIRE(loop.run_until([&] { return tried == half_open; }, 240s));
+  CHECK(replied.load() == half_open);  // every half-open peer was answered, none refused for want of entries
+  for (const auto& e : errors)
+    FAIL_CHECK("accept failed while half-open peers were handshaken: " << e.message());
+
+  // Well-behaved clients connecting at once, while the half-open peers hold the pending accept: each one is
+  // accepted with its own accept's completion queue (none is dropped for racing another for one accept).
+  constexpr std::size_t clients = 2;
+  std::vector<std::optional<cv::error_code>> done(clients);
+  std::vector<cv::connection> conns(clients);
+  for (std::size_t i = 0; i < clients; ++i) {
+    cv::connect_options co;
+    co.connect_timeout = 30s;
+    cv::async_connect(loop.io.get_executor(), address, l.local_port(), co, [&, i](cv::error_code e, cv::connection c) {
+      done[i] = e;
+      conns[i] = std::move(c);
+    });
+  }
+  REQUIRE(loop.run_until([&] { return done[0] && done[1] && (accepted.size() == clients || !errors.empty()); }, 30s));
+  for (std::size_t i = 0; i < clients; ++i) {
+    INFO("client " << i << ": " << done[i]->message());
+    REQUIRE_FALSE(*done[i]);
+  }
+  for (const auto& e : errors) FAIL_CHECK("accept failed: " << e.message());
+  REQUIRE(accepted.size() == clients);
+  for (std::size_t i = 0; i < clients; ++i) {
+    INFO("accepted connection " << i);
+    CHECK(&accepted[i].conn.cq() == accepted[i].asked);
+    CHECK(&accepted[i].conn.pd() == &pd);
+    const auto client = std::find_if(conns.begin(), conns.end(), [&](const cv::connection& c) {
+      return c.local_endpoint() == accepted[i].conn.remote_endpoint();
+    });
+    REQUIRE(client != conns.end());
+    // The connection works on its queue: a send from its client lands in a receive posted there.
+    test_buffer out(client->pd(), 64), in(pd, 64);
+    std::optional<cv::error_code> sent, received;
+    accepted[i].conn.qp().async_recv(in.span(), [&](cv::error_code e, cv::received) { received = e; });
+    client->qp().async_send(out.span(0, 8), [&](cv::error_code e, std::size_t) { sent = e; });
+    REQUIRE(loop.run_until([&] { return sent && received; }));
+    CHECK_FALSE(*sent);
+    CHECK_FALSE(*received);
+  }
+  CHECK(l.stats().failed == 0);
+
+  // The listener goes first, and its handshakes close on the loop, while their queues still exist.
+  peers.stop = true;
+  { cv::listener gone = std::move(l); }
+  loop.run_until([] { return false; }, 1s);
 }
 
 TEST_CASE("each side's rnr_retry_count governs its own sends, whatever the peer asked for", "[cm][faults]") {
