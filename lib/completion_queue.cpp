@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <utility>
@@ -247,6 +248,31 @@ bool cq_impl::pop(ibv_wc& wc) {
   }
   wc = batch_[static_cast<std::size_t>(batch_pos_++)];
   return true;
+}
+
+bool cq_impl::holds_completion_of(const wr_node* node) noexcept {
+  const auto id = reinterpret_cast<std::uintptr_t>(node);
+  auto polled = [&] {
+    std::uint32_t n = 0;
+    for (int i = batch_pos_; i < batch_len_; ++i)
+      n += batch_[static_cast<std::size_t>(i)].wr_id == id ? 1 : 0;
+    return n;
+  };
+  if (polled() >= node->pending) return true;
+  if (closed_) return false;
+  // Not (all) in the batch: take what has arrived since, keeping the completions not yet handled at the front.
+  if (batch_pos_ > 0) {
+    std::copy(batch_.begin() + batch_pos_, batch_.begin() + batch_len_, batch_.begin());
+    batch_len_ -= batch_pos_;
+    batch_pos_ = 0;
+  }
+  const int room = static_cast<int>(batch_.size()) - batch_len_;
+  if (room == 0) return false;
+  ++stats_.polls;
+  const int n = ibv_poll_cq(cq_, room, batch_.data() + batch_len_);
+  if (n <= 0) return false;
+  batch_len_ += n;
+  return polled() >= node->pending;
 }
 
 void cq_impl::handle(const ibv_wc& wc, completion_mode mode) {

@@ -53,6 +53,12 @@ public:
   }
   void unreserve(std::size_t entries) noexcept { reserved_ -= entries; }
 
+  /// For a cancellation: whether every completion `node` still waits for (`wr_node::pending`) has been
+  /// taken from the queue — it is in the batch being dispatched — or is in the queue now (then it polls
+  /// what has arrived into the batch, which the dispatch handles next, as usual). Runs no handler; costs the
+  /// data path nothing.
+  bool holds_completion_of(const wr_node* node) noexcept;
+
   void close() noexcept;
   /// Rethrows the exception a handler run in place threw during the last drain (then cleared), if any.
   void rethrow_pending();

@@ -8,6 +8,7 @@
 #include <boost/asio/cancellation_type.hpp>
 
 #include <memory>
+#include <string>
 
 namespace coverbs::detail {
 
@@ -47,6 +48,9 @@ public:
   /// error — replacing a wr_flush_err that flushed completions recorded first — and fails the operations
   /// waiting for a credit. Runs on the queue pair's executor.
   void on_async_error(const error_code& cause);
+  /// queue_pair::reset: to RESET, forgetting the error; EBUSY (and the reason in `why`, if given) while
+  /// requests are outstanding.
+  error_code reset(std::string* why) noexcept;
 
   ibv_qp* qp_ = nullptr;
   cq_impl* send_cq_;

@@ -450,6 +450,9 @@ void queue_pair_impl::cancel(wr_node* n, boost::asio::cancellation_type type) {
     return;
   }
   if (n->state == node_state::posted && (type & ct::terminal) != ct::none) {
+    // Already complete: every completion it waits for has been taken from the completion queue (it is in
+    // the batch being dispatched), or is in the queue now. Its handler gets its real result; nothing to do.
+    if ((n->is_recv ? recv_cq_ : send_cq_)->holds_completion_of(n)) return;
     n->cancelled = true;
     to_error(boost::asio::error::operation_aborted);
   }
@@ -470,6 +473,7 @@ void queue_pair_impl::to_error(const error_code& why) {
 }
 
 void queue_pair_impl::on_async_error(const error_code& cause) {
+  if (!cause) return;  // the queue pair was reset after the event: the notification is stale
   if (!in_error_ || error_ == wc_errc::wr_flush_err) {
     in_error_ = true;
     error_ = cause;
@@ -479,6 +483,32 @@ void queue_pair_impl::on_async_error(const error_code& cause) {
 }
 
 void qp_on_async_error(queue_pair_impl* qp, const error_code& cause) { qp->on_async_error(cause); }
+
+error_code queue_pair_impl::reset(std::string* why) noexcept {
+  if (sq_.outstanding || rq_.outstanding) {
+    if (why)
+      try {
+        *why = "queue_pair::reset (qp " + std::to_string(qp_->qp_num) + "): " + std::to_string(sq_.outstanding) +
+               " send and " + std::to_string(rq_.outstanding) +
+               " receive requests are still outstanding, and RESET would discard them with their handlers never "
+               "run: reset once every handler has run (after an error, the flushed requests complete with "
+               "wr_flush_err in the next dispatch turns)";
+      } catch (...) {
+      }
+    return make_error_code(boost::system::errc::device_or_resource_busy);
+  }
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_RESET;
+  if (const error_code ec = verbs_status_result(ibv_modify_qp(qp_, &attr, IBV_QP_STATE))) return ec;
+  // What the runtime remembers of the old connection goes with it. A device event's notification still on
+  // its way finds no cause and is dropped (on_async_error).
+  registration_->cause.store(0);
+  in_error_ = false;
+  error_ = {};
+  std::random_device rd;
+  psn_ = rd() & 0xffffff;  // a fresh PSN: late packets of the old connection are not taken for new ones
+  return {};
+}
 
 }  // namespace detail
 
@@ -547,14 +577,28 @@ std::string modify_what(ibv_qp* qp, const std::string& transition) {
 }  // namespace
 
 void queue_pair::modify(ibv_qp_attr& attr, int mask) {
+  if ((mask & IBV_QP_STATE) && attr.qp_state == IBV_QPS_RESET) return reset();
   error_code ec;
   modify(attr, mask, ec);
   if (ec) throw_on_error(ec, modify_what(impl_->qp_, transition_of(attr, mask)));
 }
 
 void queue_pair::modify(ibv_qp_attr& attr, int mask, error_code& ec) noexcept {
+  if ((mask & IBV_QP_STATE) && attr.qp_state == IBV_QPS_RESET) {
+    // Other attributes mean nothing in RESET: reset() does the transition and forgets the old error.
+    ec = impl_->reset(nullptr);
+    return;
+  }
   ec = verbs_status_result(ibv_modify_qp(impl_->qp_, &attr, mask));
 }
+
+void queue_pair::reset() {
+  std::string why;
+  const error_code ec = impl_->reset(&why);
+  if (ec) throw system_error(ec, why.empty() ? modify_what(impl_->qp_, "->RESET") : why);
+}
+
+void queue_pair::reset(error_code& ec) noexcept { ec = impl_->reset(nullptr); }
 
 void queue_pair::connect(const queue_pair_address& remote) {
   error_code ec;

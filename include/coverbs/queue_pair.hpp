@@ -21,8 +21,13 @@
 /// A posted work request cannot be recalled. Only `cancellation_type::terminal` is honoured for it: the
 /// queue pair is moved to the error state, the request is flushed, and the handler receives
 /// `operation_aborted` once the device has retired it — so its buffers are safe to reuse when the handler
-/// runs. The queue pair must then be reset or replaced. An operation still waiting for a send-queue credit
-/// is cancelled at once (terminal, partial or total) with `operation_aborted`.
+/// runs. The queue pair must then be reset (`reset()`, then connected again) or replaced. An operation still
+/// waiting for a send-queue credit is cancelled at once (terminal, partial or total) with `operation_aborted`.
+/// A cancellation that finds the operation already complete does nothing: its completion was taken from the
+/// completion queue (its handler is about to run, e.g. later in the same dispatch turn, as when the first of
+/// `a || b` completes in the batch that also holds the second), or is found there when the cancellation
+/// polls the queue before acting. The handler then gets the operation's real result, and the queue pair
+/// stays healthy.
 ///
 /// @par Thread Safety
 /// Distinct objects: safe. Shared objects: unsafe; use a queue pair from its completion queue's executor.
@@ -140,10 +145,22 @@ public:
   /// As above; a failure is reported in `ec` (the errno of ibv_modify_qp) instead of thrown.
   void connect(const queue_pair_address& remote, error_code& ec) noexcept;
   /// Modifies the queue pair (ibv_modify_qp(3)) with `attr` and `mask` (IBV_QP_*), e.g. with attributes
-  /// from rdma_init_qp_attr(3). @throws system_error with the verb's errno, naming the transition.
+  /// from rdma_init_qp_attr(3). A transition to RESET is `reset()`'s (below): refused while requests are
+  /// outstanding, and it clears `error()`. @throws system_error with the verb's errno, naming the transition.
   void modify(ibv_qp_attr& attr, int mask);
   /// As above; the verb's errno in `ec` instead of thrown.
   void modify(ibv_qp_attr& attr, int mask, error_code& ec) noexcept;
+  /// Moves the queue pair to RESET from any state (ibv_modify_qp(3) IBV_QPS_RESET), so that `connect` (or
+  /// RESET → INIT → RTR → RTS with `modify`) can bring it back, as IBA 10.3.1 allows after an error: `error()`
+  /// is cleared, the send and receive queues' credits are whole again, and `local_address()` carries a fresh
+  /// PSN (the peer, reset too, connects to it anew). Every operation must have completed first — after an
+  /// error, the flushed ones complete with `wc_errc::wr_flush_err` in the next dispatch turns — since RESET
+  /// discards what the device still holds: @throws system_error `boost::system::errc::device_or_resource_busy`
+  /// (EBUSY) naming how many requests are outstanding (`sends_outstanding()`), nothing changed; or with the
+  /// verb's errno.
+  void reset();
+  /// As above; the error in `ec` instead of thrown.
+  void reset(error_code& ec) noexcept;
   /// The state as the device reports it (ibv_query_qp(3)).
   ibv_qp_state state() const;
   /// The error that moved the queue pair to the error state (empty while healthy).

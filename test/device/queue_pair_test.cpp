@@ -608,3 +608,154 @@ TEST_CASE("use_future from another thread: the initiation is handed to the queue
   CHECK(f.get() == 16);
   CHECK(remote.str(0, 16) == std::string(16, 'f'));
 }
+
+// --- a cancellation that finds the operation complete (issue: `write || write` killed a healthy queue pair) ---
+
+namespace {
+/// Lets the device retire what was posted without running the loop (so nothing polls the completion
+/// queue): afterwards one poll takes every completion, in one batch. rxe retires a loopback write in well
+/// under a millisecond; half a second leaves room for a slow emulated guest.
+void let_device_retire() { std::this_thread::sleep_for(std::chrono::milliseconds(500)); }
+}  // namespace
+
+TEST_CASE("a terminal cancellation from a handler, on an operation completed in the same batch, does nothing",
+          "[qp][cancel][race]") {
+  rc_pair p;
+  test_buffer local(p.pd, 64), remote(p.pd, 64);
+  local.fill('x');
+  completion<std::size_t> first, second;
+  asio::cancellation_signal second_signal;
+  // The first one's handler cancels the second, as `a || b` does: both completions are in one polled batch.
+  p.a.async_write(local.span(0, 8), remote.key(), [&](cv::error_code ec, std::size_t n) {
+    first.ec = ec;
+    first.value = n;
+    second_signal.emit(asio::cancellation_type::terminal);
+  });
+  p.a.async_write(local.span(8, 8), remote.key(), asio::bind_cancellation_slot(second_signal.slot(), second.handler()));
+  let_device_retire();  // both retired by the device before any poll
+  REQUIRE(p.run_until([&] { return first.done() && second.done(); }));
+  CHECK_FALSE(*first.ec);
+  CHECK_FALSE(*second.ec);  // it was complete: its real result
+  CHECK(second.value == 8);
+  CHECK_FALSE(p.a.error());
+  CHECK(p.a.state() == IBV_QPS_RTS);
+  // And the queue pair goes on working.
+  completion<std::size_t> after;
+  p.a.async_write(local.span(0, 8), remote.key(), after.handler());
+  REQUIRE(p.run_until([&] { return after.done(); }));
+  CHECK_FALSE(*after.ec);
+}
+
+TEST_CASE("a terminal cancellation of an operation whose completion waits in the queue does nothing",
+          "[qp][cancel][race]") {
+  rc_pair p;
+  test_buffer local(p.pd, 64), remote(p.pd, 64);
+  completion<std::size_t> w;
+  asio::cancellation_signal signal;
+  p.a.async_write(local.span(0, 8), remote.key(), asio::bind_cancellation_slot(signal.slot(), w.handler()));
+  let_device_retire();  // its completion waits in the queue, not polled: the loop has not run
+  signal.emit(asio::cancellation_type::terminal);  // e.g. a timer's `||` between two dispatch turns
+  REQUIRE(p.run_until([&] { return w.done(); }));
+  CHECK_FALSE(*w.ec);
+  CHECK(w.value == 8);
+  CHECK_FALSE(p.a.error());
+  CHECK(p.a.state() == IBV_QPS_RTS);
+}
+
+TEST_CASE("co_await (write || write) leaves the queue pair healthy, round after round", "[qp][cancel][race]") {
+  rc_pair p;
+  test_buffer local(p.pd, 64), remote(p.pd, 64);
+  local.fill('y');
+  p.run([&]() -> awaitable<void> {
+    for (int round = 0; round < 10; ++round) {
+      INFO("round " << round);
+      auto r = co_await (p.a.async_write(local.span(0, 8), remote.key(), use_awaitable) ||
+                         p.a.async_write(local.span(8, 8), remote.key(), use_awaitable));
+      CHECK(r.index() <= 1);
+      CHECK_FALSE(p.a.error());
+      const std::size_t n = co_await p.a.async_write(local.span(16, 8), remote.key(), use_awaitable);
+      CHECK(n == 8);
+    }
+  });
+  CHECK(p.a.state() == IBV_QPS_RTS);
+  CHECK(remote.str(0, 8) == std::string(8, 'y'));  // every write lands at the key's start
+}
+
+// --- reset and reuse (IBA 10.3.1: ERROR -> RESET -> INIT -> RTR -> RTS) ---
+
+TEST_CASE("a queue pair reset after an error connects again and carries operations; error() is cleared",
+          "[qp][reset]") {
+  rc_pair p;
+  test_buffer local(p.pd, 64), remote(p.pd, 64);
+  cv::remote_key bad = remote.key();
+  bad.rkey ^= 0x5a5a00;
+  completion<std::size_t> failed, flushed;
+  p.a.async_write(local.span(0, 8), bad, failed.handler());
+  p.a.async_write(local.span(0, 8), remote.key(), flushed.handler());
+  REQUIRE(p.run_until([&] { return failed.done() && flushed.done(); }));
+  REQUIRE(*failed.ec == cv::wc_errc::rem_access_err);
+  REQUIRE(p.a.error() == cv::wc_errc::rem_access_err);
+  const std::uint32_t old_psn = p.a.local_address().psn;
+
+  // The issue's input: ibv_modify_qp to RESET through modify(), as a verbs user writes it.
+  for (cv::queue_pair* qp : {&p.a, &p.b}) {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_RESET;
+    qp->modify(attr, IBV_QP_STATE);
+  }
+  CHECK(p.a.state() == IBV_QPS_RESET);
+  CHECK_FALSE(p.a.error());
+  CHECK(p.a.local_address().psn != old_psn);  // 1 in 2^24 to collide
+  cv::connect_pair(p.a, p.b);
+  CHECK(p.a.state() == IBV_QPS_RTS);
+
+  local.fill('r');
+  completion<std::size_t> again;
+  completion<cv::received> got;
+  test_buffer inbox(p.pd, 64);
+  p.b.async_recv(inbox.span(0, 64), got.handler());
+  p.a.async_write(local.span(0, 16), remote.key(), again.handler());
+  completion<std::size_t> sent;
+  p.a.async_send(local.span(0, 4), sent.handler());
+  REQUIRE(p.run_until([&] { return again.done() && got.done() && sent.done(); }));
+  CHECK_FALSE(*again.ec);
+  CHECK(again.value == 16);
+  CHECK(remote.str(0, 16) == std::string(16, 'r'));
+  CHECK_FALSE(*sent.ec);
+  CHECK_FALSE(*got.ec);
+  CHECK(got.value.bytes == 4);
+  CHECK_FALSE(p.a.error());
+
+  // reset() is the same transition.
+  p.a.reset();
+  CHECK(p.a.state() == IBV_QPS_RESET);
+}
+
+TEST_CASE("reset is refused while operations are outstanding, and changes nothing", "[qp][reset][errors]") {
+  cv::queue_pair_options o;
+  o.rnr_retry = 7;  // a send without a receive at the peer stays outstanding
+  o.retry_cnt = 7;
+  rc_pair p(o);
+  test_buffer buf(p.pd, 64);
+  completion<std::size_t> stuck;
+  p.a.async_send(buf.span(0, 8), stuck.handler());
+  p.run_until([] { return false; }, std::chrono::seconds(1));
+  REQUIRE_FALSE(stuck.done());
+  cv::error_code ec;
+  p.a.reset(ec);
+  CHECK(ec == boost::system::errc::device_or_resource_busy);
+  CHECK(p.a.state() == IBV_QPS_RTS);
+  try {
+    p.a.reset();
+    FAIL("reset() with a send outstanding did not throw");
+  } catch (const cv::system_error& e) {
+    CHECK(e.code() == boost::system::errc::device_or_resource_busy);
+    CHECK(std::string(e.what()).find("1 send and 0 receive requests are still outstanding") != std::string::npos);
+  }
+  // The stuck send is still served: a receive at the peer lets it complete.
+  completion<cv::received> got;
+  p.b.async_recv(buf.span(32, 32), got.handler());
+  REQUIRE(p.run_until([&] { return stuck.done() && got.done(); }));
+  CHECK_FALSE(*stuck.ec);
+  CHECK_FALSE(p.a.error());
+}
