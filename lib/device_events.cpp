@@ -140,6 +140,16 @@ std::size_t fail_queue_pairs(ibv_context* context, const std::function<bool(cons
   return n;
 }
 
+boost::asio::any_io_executor executor_of_qp(ibv_context* context, std::uint32_t qp_num) noexcept {
+  registry& r = the_registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.contexts.find(context);
+  if (it == r.contexts.end()) return {};
+  for (const auto& [qp, e] : it->second.qps)  // linear: only an attack (a foreign remote invalidation) asks
+    if (qp->qp_num == qp_num && e->impl) return e->executor;
+  return {};
+}
+
 void register_srq(const std::shared_ptr<srq_registration>& e) {
   registry& r = the_registry();
   std::lock_guard lock(r.mutex);

@@ -249,6 +249,11 @@ std::string coverbs_category_impl::message(int ev) const {
     return "a queue pair attached to a shared receive queue must use the SRQ's completion queue as its receive "
            "completion queue (completions of SRQ receives arrive there): create the queue pair (or set "
            "connection_options::cq) with the completion queue the shared_receive_queue was created on";
+  case errc::foreign_remote_invalidation:
+    return "the peer sent a send-with-invalidate naming the rkey of a memory window that was not bound through "
+           "this queue pair (a type-2 window may be invalidated only through the queue pair it is bound to): "
+           "the request is refused and counted (window_statistics().foreign_invalidations); treat the peer as "
+           "hostile and end its connection";
   case errc::executor_mismatch:
     return "the completion queue is serviced by another executor than the queue pair or connection using it: "
            "a queue pair's send and receive queues, and a connection's connection_options::cq, must be on the "

@@ -2,7 +2,10 @@
 #include <coverbs/protection_domain.hpp>
 
 #include "qp_impl.hpp"
+#include "qp_registry.hpp"
 #include "window_internal.hpp"
+
+#include <boost/asio/dispatch.hpp>
 
 #include <cerrno>
 #include <cstdio>
@@ -137,6 +140,7 @@ void record_bound(window_impl* w) noexcept {
 /// Forgets `w`'s current binding (the key is dead) and marks the window unbound.
 void record_unbound(window_impl* w) noexcept {
   w->counted.store(false, std::memory_order_release);
+  w->binding.store(0, std::memory_order_release);
   w->key = {};
   w->rights = access::none;
   w->mr = nullptr;
@@ -222,6 +226,8 @@ void on_bind_complete(wr_node* n, error_code& ec) {
     w->rights = w->pending_rights;
     w->mr = w->pending_mr;
     w->state = window_state::bound;
+    const std::uint64_t through = w->type == window_type::type1 ? 0 : w->pending_qp_num;  // type 1: no queue pair
+    w->binding.store(through << 32 | w->key.rkey, std::memory_order_release);
     if (!same_region) record_bound(w);
     count(window_counter::binds);
   } else {
@@ -363,12 +369,70 @@ void forget_region(const ibv_mr* mr) noexcept {
   if (!c->first) delete c;
 }
 
-void note_remote_invalidation(ibv_context* context, std::uint32_t rkey) noexcept {
-  window_impl* w = find_bound(context, rkey);
-  if (!w) return;
+namespace {
+
+/// A peer invalidated `w`'s live key through the queue pair it is bound through: records it. On `w`'s executor.
+void accept_remote_invalidation(window_impl* w) noexcept {
   record_unbound(w);
   count(window_counter::remote_invalidations);
   if (w->on_remote_invalidation) w->on_remote_invalidation(w->hook_context);
+}
+
+/// On the window's executor: a foreign send-with-invalidate named the window of `context` whose binding word
+/// was `binding`. If the window still has that binding, its key is dead (rxe) or must be killed (any device
+/// that reported the invalidation): the window is replaced and its lease's hook told.
+void settle_foreign_invalidation(ibv_context* context, std::uint64_t binding) noexcept {
+  window_impl* w = nullptr;
+  {
+    auto& r = registry();
+    std::lock_guard lock(r.mutex);
+    auto it = r.by_index.find({context, static_cast<std::uint32_t>(binding) >> 8});
+    if (it != r.by_index.end() && it->second->binding.load(std::memory_order_acquire) == binding) w = it->second;
+  }
+  // Not bound any more (destroyed, or an invalidation or rebind in flight, whose failure replaces it): done.
+  if (!w || w->state != window_state::bound) return;
+  replace(w);
+  if (w->on_remote_invalidation) w->on_remote_invalidation(w->hook_context);
+}
+
+}  // namespace
+
+error_code note_remote_invalidation(ibv_context* context, std::uint32_t rkey, std::uint32_t qp_num) noexcept {
+  window_impl* w = nullptr;
+  std::uint64_t binding = 0;
+  {
+    auto& r = registry();
+    std::lock_guard lock(r.mutex);
+    auto it = r.by_index.find({context, rkey >> 8});
+    if (it != r.by_index.end()) {
+      w = it->second;
+      binding = w->binding.load(std::memory_order_acquire);
+    }
+  }
+  if (!w || binding == 0 || static_cast<std::uint32_t>(binding) != rkey) return {};  // not a live window key
+  const auto through = static_cast<std::uint32_t>(binding >> 32);
+  if (through != 0 && through == qp_num) {
+    // Bound through this queue pair, so used on this executor: it cannot have been freed meanwhile.
+    if (w->state == window_state::bound) accept_remote_invalidation(w);
+    return {};
+  }
+  count(window_counter::foreign_invalidations);
+  // The window belongs to another queue pair's executor (perhaps another thread): settle it there. A type-1
+  // window, or one whose queue pair is gone, belongs to none: settled here.
+  const auto settle = [context, binding] { settle_foreign_invalidation(context, binding); };
+  if (auto ex = through ? executor_of_qp(context, through) : boost::asio::any_io_executor{}) {
+    try {
+      boost::asio::dispatch(ex, settle);  // runs here at once when this is that executor
+    } catch (...) {
+      std::fprintf(stderr,
+                   "coverbs: out of memory while recording a foreign remote invalidation; window key %#x "
+                   "stays on record as live\n",
+                   rkey);
+    }
+  } else {
+    settle();
+  }
+  return errc::foreign_remote_invalidation;
 }
 
 void window_impl_deleter::operator()(window_impl* w) const noexcept {
@@ -464,6 +528,7 @@ error_code prepare_bind(queue_pair_impl* q, wr_node& n, window_impl* w, ibv_mr* 
   w->pending_mr = mr;
   w->pending_rights = rights;
   w->pending_chain = chain;
+  w->pending_qp_num = q->qp_->qp_num;
   w->state = window_state::binding;
   n.context = w;
   n.on_complete = &on_bind_complete;
@@ -540,6 +605,7 @@ window_counters window_statistics() noexcept {
   s.binds_failed = counted(c::binds_failed);
   s.invalidations = counted(c::invalidations);
   s.remote_invalidations = counted(c::remote_invalidations);
+  s.foreign_invalidations = counted(c::foreign_invalidations);
   s.windows_replaced = counted(c::windows_replaced);
   s.leases_granted = counted(c::leases_granted);
   s.leases_expired = counted(c::leases_expired);
@@ -599,7 +665,7 @@ ibv_mw* memory_window::native_handle() const noexcept { return impl_ ? impl_->mw
 
 bool memory_window::note_remote_invalidation(std::uint32_t rkey) noexcept {
   if (!impl_ || !impl_->mw || impl_->state != window_state::bound || impl_->key.rkey != rkey) return false;
-  detail::note_remote_invalidation(impl_->mw->context, rkey);
+  detail::accept_remote_invalidation(impl_.get());
   return true;
 }
 

@@ -50,6 +50,10 @@ void unregister_qp(const std::shared_ptr<qp_registration>& entry) noexcept;
 std::size_t fail_queue_pairs(ibv_context* context, const std::function<bool(const qp_registration&)>& match,
                              errc cause) noexcept;
 
+/// The executor of the registered queue pair numbered `qp_num` of `context`; empty when none is (destroyed,
+/// or not a coverbs queue pair). For work on another queue pair's objects (memory_window.cpp).
+boost::asio::any_io_executor executor_of_qp(ibv_context* context, std::uint32_t qp_num) noexcept;
+
 /// One reader of a context's async events at a time: false when it is taken.
 bool claim_async_events(ibv_context* context) noexcept;
 void release_async_events(ibv_context* context) noexcept;

@@ -431,8 +431,11 @@ void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, completion_mod
     flush_waiting(rq_);
   }
   if (status && !n->first_error) n->first_error = status;
-  // A peer's send-with-invalidate killed one of our windows' keys: record it before any handler runs.
-  if (n->is_recv && !status && received_invalidation(wc)) note_remote_invalidation(qp_->context, wc.invalidated_rkey);
+  // A peer's send-with-invalidate killed one of our windows' keys: record it before any handler runs. A key
+  // of a window not bound through this queue pair fails the receive (errc::foreign_remote_invalidation).
+  if (n->is_recv && !status && received_invalidation(wc))
+    if (const error_code foreign = note_remote_invalidation(qp_->context, wc.invalidated_rkey, qp_->qp_num))
+      if (!n->first_error) n->first_error = foreign;
   pump(q);
   if (--n->pending > 0) return;  // more of the chain to come
   error_code ec = n->first_error;

@@ -180,10 +180,13 @@ void shared_receive_queue_impl::on_completion(wr_node* n, const ibv_wc& wc, comp
   unlink_posted(n);
   --posted_;
   ++credits_;
-  const error_code ec = make_error_code(wc.status);
-  // A peer's send-with-invalidate killed one of our windows' keys: record it before any handler runs.
+  error_code ec = make_error_code(wc.status);
+  // A peer's send-with-invalidate killed one of our windows' keys: record it before any handler runs. A key
+  // of a window not bound through the queue pair the message came to (wc.qp_num) fails the receive
+  // (errc::foreign_remote_invalidation).
   if (!ec)
-    if (const auto rkey = result_received(&wc).invalidated_rkey) note_remote_invalidation(pd_->context, *rkey);
+    if (const auto rkey = result_received(&wc).invalidated_rkey)
+      ec = note_remote_invalidation(pd_->context, *rkey, wc.qp_num);
   if (!closing_)
     while (!waiting_.empty() && credits_ > 0)
       post_now(waiting_.pop());

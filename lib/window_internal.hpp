@@ -39,6 +39,12 @@ public:
   // Told when a peer invalidated the key (window_lease).
   void (*on_remote_invalidation)(void* context) = nullptr;
   void* hook_context = nullptr;
+  // The live binding as other threads may read it (a peer's send-with-invalidate arriving on another queue
+  // pair): (qp_num << 32) | rkey, qp_num being the queue pair a type-2 window was bound through (0 for type 1,
+  // which belongs to no queue pair; QP0 is never an RC queue pair); 0 while unbound. Written by the window's
+  // executor, read under the registry's mutex (which also keeps the window from being freed meanwhile).
+  std::atomic<std::uint64_t> binding{0};
+  std::uint32_t pending_qp_num = 0;  // the queue pair of the bind in flight (type 2)
 };
 
 /// Windows bound now to `mr` (as coverbs recorded them).
@@ -48,9 +54,18 @@ std::size_t windows_bound_now() noexcept;
 /// `mr` was deregistered: drops its entry.
 void forget_region(const ibv_mr* mr) noexcept;
 
-/// A receive on a queue pair of `context` reported that the peer invalidated `rkey` (IBV_WC_WITH_INV):
-/// marks the window with that key unbound. Runs on the queue pair's executor.
-void note_remote_invalidation(ibv_context* context, std::uint32_t rkey) noexcept;
+/// A receive on queue pair `qp_num` of `context` reported that the peer invalidated `rkey` (IBV_WC_WITH_INV;
+/// for an SRQ receive, `qp_num` is the completion's). Runs on that queue pair's executor.
+/// - `rkey` is the live key of a type-2 window bound through `qp_num`: marks it unbound (counted in
+///   `remote_invalidations`, a lease's hook told) and returns success.
+/// - `rkey` is the live key of a window bound through another queue pair, or of a type-1 window (IBA: only
+///   a type-2 window may be invalidated remotely, and only through its own queue pair): returns
+///   `errc::foreign_remote_invalidation` and counts `foreign_invalidations`. A device that enforces the rule
+///   fails such a receive instead, so we get here only from one that did not (rxe), which has killed the
+///   key: on the window's own executor (dispatched there when it is another), the window is replaced
+///   (deallocated and allocated anew, so the key is dead on any device) and its lease's hook told.
+/// - any other key (not a window coverbs bound): nothing to record, success.
+error_code note_remote_invalidation(ibv_context* context, std::uint32_t rkey, std::uint32_t qp_num) noexcept;
 
 /// The counters behind window_statistics() (windows_bound is counted per region, see windows_bound_now).
 enum class window_counter : unsigned {
@@ -59,6 +74,7 @@ enum class window_counter : unsigned {
   binds_failed,
   invalidations,
   remote_invalidations,
+  foreign_invalidations,
   windows_replaced,
   leases_granted,
   leases_expired,

@@ -117,13 +117,13 @@ int windows() {
   }
   const coverbs::window_counters s = coverbs::window_statistics();
   std::printf("counters (this process): windows_allocated %llu windows_bound %llu binds %llu binds_failed %llu "
-              "invalidations %llu remote_invalidations %llu windows_replaced %llu leases_granted %llu "
-              "leases_expired %llu leases_revoked %llu\n",
+              "invalidations %llu remote_invalidations %llu foreign_invalidations %llu windows_replaced %llu "
+              "leases_granted %llu leases_expired %llu leases_revoked %llu\n",
               (unsigned long long)s.windows_allocated, (unsigned long long)s.windows_bound, (unsigned long long)s.binds,
               (unsigned long long)s.binds_failed, (unsigned long long)s.invalidations,
-              (unsigned long long)s.remote_invalidations, (unsigned long long)s.windows_replaced,
-              (unsigned long long)s.leases_granted, (unsigned long long)s.leases_expired,
-              (unsigned long long)s.leases_revoked);
+              (unsigned long long)s.remote_invalidations, (unsigned long long)s.foreign_invalidations,
+              (unsigned long long)s.windows_replaced, (unsigned long long)s.leases_granted,
+              (unsigned long long)s.leases_expired, (unsigned long long)s.leases_revoked);
   return 0;
 }
 

@@ -214,6 +214,14 @@ enum class errc : int {
   /// ibv_reg_mr EFAULT: `rights` include mw_bind, for which the kernel pins the pages writable (a window may
   /// later grant remote write), and argument `buffer` is mapped read-only. Equivalent to `bad_address`.
   mw_bind_needs_writable_memory,
+
+  // --- remote invalidation (queue_pair.hpp, shared_receive_queue.hpp) ---
+  /// A peer's send-with-invalidate named the rkey of a memory window that was not bound through the queue
+  /// pair the message arrived on (IBA: a type-2 window may be invalidated only through the queue pair it
+  /// is bound to). The receive completes with this error and `window_statistics().foreign_invalidations`
+  /// counts it; devices that do not check the rule (rxe) have already invalidated the window, which the
+  /// runtime then records as revoked. Treat the peer as hostile.
+  foreign_remote_invalidation,
 };
 
 /// The category of `wc_errc` values; name "coverbs.wc".

@@ -75,6 +75,9 @@ struct window_counters {
   std::uint64_t binds_failed = 0;          ///< binds refused before posting or failed on the device
   std::uint64_t invalidations = 0;         ///< keys this process invalidated (LOCAL_INV or type-1 zero-length bind)
   std::uint64_t remote_invalidations = 0;  ///< keys peers invalidated with send-with-invalidate
+  /// Send-with-invalidates naming a window not bound through the queue pair they arrived on, refused with
+  /// `errc::foreign_remote_invalidation` (a hostile or broken peer).
+  std::uint64_t foreign_invalidations = 0;
   std::uint64_t windows_replaced = 0;      ///< windows deallocated and reallocated to kill a key for sure
   std::uint64_t leases_granted = 0, leases_expired = 0, leases_revoked = 0;  ///< window_lease (window_pool.hpp)
 };

@@ -214,7 +214,9 @@ public:
   /// Posts a receive into `buf` (ibv_post_recv(3)).
   /// @par Completion Signature `void(error_code, received)`: bytes placed, immediate data, invalidated rkey.
   /// @par Errors `wc_errc::loc_len_err` (the message was larger than `buf`), `wr_flush_err`,
-  /// `errc::receive_queue_is_shared` (before posting: the queue pair is attached to a shared receive queue).
+  /// `errc::receive_queue_is_shared` (before posting: the queue pair is attached to a shared receive queue),
+  /// `errc::foreign_remote_invalidation` (the message was a send-with-invalidate naming a window not bound
+  /// through this queue pair: a hostile peer; the queue pair stays healthy, `window_statistics()` counts it).
   template <boost::asio::completion_token_for<void(error_code, received)> Token = default_token>
   auto async_recv(registered_span buf, Token&& token = default_token{}) {
     return initiate<detail::result_kind::receive, void(error_code, received)>(

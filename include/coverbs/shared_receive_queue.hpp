@@ -97,7 +97,9 @@ srq_received result_srq_received(const ibv_wc* wc) noexcept;
 template <>
 struct result_for<result_kind::srq_receive> {
   static auto args(error_code ec, const wr_node&, const ibv_wc* wc) {
-    return std::tuple(ec, ec ? srq_received{} : result_srq_received(wc));
+    // A foreign remote invalidation still reports the message: its qp_num names the peer to drop.
+    const bool reported = !ec || ec == errc::foreign_remote_invalidation;
+    return std::tuple(ec, reported ? result_srq_received(wc) : srq_received{});
   }
 };
 }  // namespace detail
@@ -137,7 +139,10 @@ public:
   /// @par Errors `errc::message_too_long` (before posting: `buf` above 2^31 bytes), `wc_errc::loc_len_err`
   /// (the message was larger than `buf`; the queue pair it arrived on goes to the error state),
   /// `wc_errc::wr_flush_err` (the queue pair that had taken the receive went to the error state; the
-  /// receive is consumed), `operation_aborted` (the SRQ was destroyed), errno of ibv_post_srq_recv.
+  /// receive is consumed), `operation_aborted` (the SRQ was destroyed), errno of ibv_post_srq_recv,
+  /// `errc::foreign_remote_invalidation` (the message was a send-with-invalidate naming a window not bound
+  /// through the queue pair it arrived on: the peer is hostile; the result is still reported, `qp_num`
+  /// names the queue pair to disconnect; the queue pair is not moved to the error state).
   template <boost::asio::completion_token_for<void(error_code, srq_received)> Token = default_token>
   auto async_recv(registered_span buf, Token&& token = default_token{}) {
     return boost::asio::async_initiate<Token, void(error_code, srq_received)>(recv_initiation{this}, token, buf);

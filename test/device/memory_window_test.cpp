@@ -153,6 +153,105 @@ TEST_CASE("after the peer's send-with-invalidate the key is dead and the window 
   CHECK(cv::window_statistics().remote_invalidations == before.remote_invalidations + 1);
 }
 
+TEST_CASE("a send-with-invalidate naming a window bound through another queue pair is refused as foreign",
+          "[mw][invalidate][foreign]") {
+  // Two tenants on one device: pair (a, b), and pair (victim, victim_peer) whose window is bound through
+  // `victim`. b, the peer of another queue pair, names that window's key (IBA: a type-2 window may be
+  // invalidated only through the queue pair it is bound to; rxe does not check).
+  rc_pair p;
+  cv::queue_pair victim(p.pd, p.cq), victim_peer(p.pd, p.cq);
+  cv::connect_pair(victim, victim_peer);
+  test_buffer region(p.pd, 1 << 16, region_rights), peer(p.pd, 4096), inbox(p.pd, 4096), scratch(p.pd, 4096);
+  cv::memory_window w(p.pd, cv::window_type::type2);
+  const auto before = cv::window_statistics();
+  p.run([&]() -> awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    const auto key = co_await cv::bind_mw(victim, w, region.mr, {}, cv::access::remote_write);
+    test::completion<cv::received> foreign;
+    bool window_was_unbound_in_handler = false;
+    p.a.async_recv(inbox.span(0, 64), [&](cv::error_code ec, cv::received r) {
+      window_was_unbound_in_handler = !w.bound();
+      foreign.handler()(ec, r);
+    });
+    auto [sent, n] = co_await p.b.async_send_with_invalidate(peer.span(0, 8), key.rkey, tuple);
+    CHECK_FALSE(sent);  // rxe carried out the invalidation
+    while (!foreign.done())
+      co_await asio::post(ex, use_awaitable);
+    CHECK(*foreign.ec == cv::errc::foreign_remote_invalidation);
+    CHECK(window_was_unbound_in_handler);  // rxe killed the victim's key, and the runtime says so
+    CHECK_FALSE(p.a.error());              // the refused request leaves the receiving queue pair healthy
+    const bool works = co_await a_still_works(p, scratch);
+    CHECK(works);
+
+    // The legitimate form, through the queue pair the window is bound through, is accepted.
+    const auto fresh = co_await cv::bind_mw(victim, w, region.mr, {}, cv::access::remote_write);
+    test::completion<cv::received> legit;
+    victim.async_recv(inbox.span(64, 64), legit.handler());
+    auto [sent2, n2] = co_await victim_peer.async_send_with_invalidate(peer.span(0, 8), fresh.rkey, tuple);
+    CHECK_FALSE(sent2);
+    while (!legit.done())
+      co_await asio::post(ex, use_awaitable);
+    CHECK_FALSE(*legit.ec);
+    REQUIRE(legit.value.invalidated_rkey);
+    CHECK(*legit.value.invalidated_rkey == fresh.rkey);
+    CHECK_FALSE(w.bound());
+
+    // What the victim sees on rxe: its first key is dead, so its next write through it fails.
+    auto [old, m] = co_await victim_peer.async_write(peer.span(0, 64), key.slice(0, 64), tuple);
+    CHECK(old == cv::wc_errc::rem_access_err);
+  });
+  const auto now = cv::window_statistics();
+  CHECK(now.foreign_invalidations == before.foreign_invalidations + 1);
+  CHECK(now.remote_invalidations == before.remote_invalidations + 1);
+}
+
+TEST_CASE("through a shared receive queue, the queue pair a send-with-invalidate arrived on must own the window",
+          "[mw][invalidate][foreign][srq]") {
+  test::event_loop loop;
+  cv::device dev = cv::device::open();
+  cv::protection_domain pd(dev);
+  cv::completion_queue cq(loop.io, dev);
+  test_buffer region(pd, 1 << 16, region_rights), peer(pd, 4096), inbox(pd, 4096);
+  cv::memory_window w(pd, cv::window_type::type2);
+  cv::shared_receive_queue srq(pd, cq, {.max_wr = 8, .max_sge = 1, .limit = 0});
+  cv::queue_pair_options attached;
+  attached.srq = &srq;
+  // Both server-side queue pairs take their receives from the SRQ; the window is bound through `tenant`.
+  cv::queue_pair tenant(pd, cq, attached), intruded(pd, cq, attached), tenant_peer(pd, cq), intruder(pd, cq);
+  cv::connect_pair(tenant, tenant_peer);
+  cv::connect_pair(intruded, intruder);
+  const auto before = cv::window_statistics();
+  loop.run([&]() -> awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    const auto key = co_await cv::bind_mw(tenant, w, region.mr, {}, cv::access::remote_write);
+    test::completion<cv::srq_received> foreign, legit;
+    srq.async_recv(inbox.span(0, 64), foreign.handler());
+    auto [sent, n] = co_await intruder.async_send_with_invalidate(peer.span(0, 8), key.rkey, tuple);
+    CHECK_FALSE(sent);
+    while (!foreign.done())
+      co_await asio::post(ex, use_awaitable);
+    CHECK(*foreign.ec == cv::errc::foreign_remote_invalidation);
+    CHECK(foreign.value.qp_num == intruded.qp_num());  // names the queue pair whose peer to drop
+    CHECK_FALSE(w.bound());
+    CHECK_FALSE(intruded.error());
+
+    const auto fresh = co_await cv::bind_mw(tenant, w, region.mr, {}, cv::access::remote_write);
+    srq.async_recv(inbox.span(64, 64), legit.handler());
+    auto [sent2, n2] = co_await tenant_peer.async_send_with_invalidate(peer.span(0, 8), fresh.rkey, tuple);
+    CHECK_FALSE(sent2);
+    while (!legit.done())
+      co_await asio::post(ex, use_awaitable);
+    CHECK_FALSE(*legit.ec);
+    CHECK(legit.value.qp_num == tenant.qp_num());
+    REQUIRE(legit.value.invalidated_rkey);
+    CHECK(*legit.value.invalidated_rkey == fresh.rkey);
+    CHECK_FALSE(w.bound());
+  });
+  const auto now = cv::window_statistics();
+  CHECK(now.foreign_invalidations == before.foreign_invalidations + 1);
+  CHECK(now.remote_invalidations == before.remote_invalidations + 1);
+}
+
 TEST_CASE("a read-only window refuses a remote write", "[mw][access]") {
   rc_pair p;
   test_buffer region(p.pd, 4096, region_rights), peer(p.pd, 4096);
