@@ -6,12 +6,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <initializer_list>
 #include <optional>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace command_line {
@@ -61,8 +64,9 @@ inline CLI::Validator one_of(std::initializer_list<const char*> words) {
 
 /// A CLI11 application whose --help prints `usage` as written (the programs' usage texts say more than a
 /// generated option list), then, under "options:", each option that was given a description, with what it
-/// takes where a validator says (a range, a list of words), its description wrapped at 100 columns. Every option keeps
-/// the last of repeated values, as the programs always did.
+/// takes where a validator says (a range, a list of words), its description wrapped at 100 columns. An option given
+/// twice is refused by `parse` (`repeated_option`); CLI11 is left to keep the last value, which only a list option
+/// given once with several values (`--sizes 4K,1M`) relies on.
 inline void describe(CLI::App& app, const std::string& usage) {
   app.description(usage);
   app.formatter_fn([](const CLI::App* a, const std::string&, CLI::AppFormatMode) {
@@ -151,13 +155,54 @@ inline std::vector<std::string> subcommands_not_given(const CLI::App& app) {
   return names;
 }
 
+/// The option of `app` (or of a subcommand of it that ran) that `argv` gives more than once, as
+/// "--size is given 2 times: give it once", or nothing. A repeated option would otherwise silently keep one
+/// of its values (CLI11 takes the last), which hides a mistake in a script or a pasted command line. Words
+/// after "--" are not options; a flag counts too.
+inline std::optional<std::string> repeated_option(const CLI::App& app, int argc, char** argv) {
+  std::vector<std::pair<const CLI::Option*, int>> seen;
+  const CLI::App* level = &app;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;
+    const CLI::App* sub = nullptr;
+    for (const CLI::App* s : level->get_subcommands())
+      if (s->get_name() == arg) sub = s;
+    if (sub) {
+      level = sub;
+      continue;
+    }
+    std::string name;
+    if (arg.size() > 2 && arg.starts_with("--"))
+      name = arg.substr(0, arg.find('='));
+    else if (arg.size() >= 2 && arg[0] == '-' && std::isalpha(static_cast<unsigned char>(arg[1])))
+      name = arg.substr(0, 2);
+    else
+      continue;
+    for (const CLI::App* a = level; a != nullptr; a = a->get_parent()) {
+      const CLI::Option* o = a->get_option_no_throw(name);
+      if (!o) continue;
+      auto it = std::find_if(seen.begin(), seen.end(), [o](const auto& e) { return e.first == o; });
+      if (it == seen.end()) it = seen.insert(seen.end(), {o, 0});
+      ++it->second;
+      break;
+    }
+  }
+  for (const auto& [o, times] : seen)
+    if (times > 1)
+      return o->get_name() + " is given " + std::to_string(times) + " times: give it once (the programs do not pick " +
+             "one of its values for you)";
+  return std::nullopt;
+}
+
 /// Parses the command line with `app`. --help (of the app or of the subcommand given) prints the usage on
 /// stdout once every other argument was taken; bad input, before or after --help, prints what was wrong on
-/// stderr, naming the option and what it takes.
+/// stderr, naming the option and what it takes; so does an option given more than once (`repeated_option`).
 /// @returns the exit status to leave with now (0 after --help, 2 for bad input), or nothing to go on.
 inline std::optional<int> parse(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
+    if (const auto why = repeated_option(app, argc, argv)) return bad(program(app), *why);
     return std::nullopt;
   } catch (const CLI::CallForHelp&) {
     // CLI11 answers --help before it looks for arguments it did not take: `--bogus --help` printed the usage

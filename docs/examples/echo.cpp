@@ -45,7 +45,8 @@ constexpr const char* usage_text =
     "      10.77.0.1, the Soft-RoCE guest's rxe0); exit status 0 only if every echoed byte was verified.\n"
     "  echo --listen ADDR PORT [--connections N] [--srq [--srq-depth D]]\n"
     "      serve clients on ADDR:PORT (a numeric address of an RDMA device); exit once N connections\n"
-    "      have ended (default 0: serve until killed).\n"
+    "      have ended (default 0: serve until SIGINT or SIGTERM, which end it with its report; exit status\n"
+    "      0 if every connection it served ended well).\n"
     "  echo --connect ADDR PORT [--messages N]\n"
     "      send N messages (default 400) of 1 .. 65536 bytes, 8 in flight, and verify every echoed byte\n"
     "      (a refused connection is tried again for 10 s, so client and server may start together).\n"
@@ -58,6 +59,10 @@ constexpr const char* usage_text =
     "           to and posts its block again. D (--srq-depth) is by default 8 x K with --self-test, every\n"
     "           message the clients keep in flight (a smaller D is refused), and 256 with --listen (clients\n"
     "           whose messages find no receive posted are retried by their queue pairs: receiver not ready).\n"
+    "Every wait on the peer is bounded: a client gives up a server silent for 20 s, a server gives up a\n"
+    "client silent for 20 s, and a disconnect waits 20 s at most for its answer. The device's events are\n"
+    "read (coverbs::device_events): a port going down ends the connections on it at once, reported as\n"
+    "the port's error (errc::port_error), and the server goes on serving.\n"
     "Limits: --clients 1..32 (1..64 with --srq), --messages 1..1000000, --connections 0..1000000,\n"
     "--srq-depth 1..512.\n"
     "What the server holds: one protection domain and one completion queue for every connection; its depth\n"
@@ -145,6 +150,8 @@ struct srq_peer {
   cv::error_code end;       ///< the first failed receive or send
   bool closing = false;     ///< its disconnect is in flight; messages to it are no longer echoed
   cv::error_code why;       ///< connection::error() when its closing began (connection_reset: the client left)
+  clock::time_point heard;  ///< when it was admitted or its last message arrived
+  clock::time_point closing_since;
 };
 
 /// What the connections of an SRQ server share besides the protection domain and the completion queue.
@@ -169,6 +176,7 @@ struct echo_server {
   cv::buffer_pool pool;
   cv::connection_options options;
   std::optional<shared_receives> shared;  ///< --srq; reset by `serve_srq` when it ends
+  example::device_watch& watch;           ///< the listener's device: a port going down fails its connections
   server_counters counters;
   const server_config config;
   const std::size_t limit;                ///< connections to serve; 0: forever
@@ -187,9 +195,11 @@ struct echo_server {
     return pool_options(arenas, arenas);
   }
 
-  echo_server(cv::listener& l, cv::registration_service& service, asio::io_context& io, const server_config& c)
+  echo_server(cv::listener& l, cv::registration_service& service, asio::io_context& io, const server_config& c,
+              example::device_watch& w)
       : listener(l), pd(l.get_device()), cq(io, l.get_device(), {.depth = cq_depth(c)}),
-        pool(service, pd, pool_sizes(c)), config(c), limit(c.connections) {
+        pool(service, pd, pool_sizes(c)), watch(w), config(c), limit(c.connections) {
+    watch.watch(l.get_device());
     options.qp = qp_options();
     options.pd = &pd;
     options.cq = &cq;
@@ -202,7 +212,9 @@ struct echo_server {
 };
 
 /// Counts a connection that ended after `messages` echoes of `bytes`: `why` is its connection::error() when
-/// it ended (connection_reset: the client disconnected, the normal end), `end` what ended the serving.
+/// it ended (connection_reset: the client disconnected, the normal end; empty while rdma_cm still calls it
+/// connected), `end` what ended the serving (named by `example::cause`). Only codes that are set are
+/// printed: an empty one says "Success", which explains nothing.
 void record_end(server_counters& n, const std::string& peer, std::size_t messages, std::size_t bytes,
                 const cv::error_code& why, const cv::error_code& end) {
   n.messages += messages;
@@ -210,8 +222,10 @@ void record_end(server_counters& n, const std::string& peer, std::size_t message
   ++n.ended;
   if (why != cv::errc::connection_reset) {
     ++n.unexpected_ends;
-    std::fprintf(stderr, "echo server: connection from %s ended by %s (%s)\n", peer.c_str(), end.message().c_str(),
-                 why.message().c_str());
+    const cv::error_code first = end ? end : why;
+    std::string text = first ? first.message() : std::string("an unknown cause");
+    if (end && why && why != end) text += " (the connection: " + why.message() + ")";
+    std::fprintf(stderr, "echo server: connection from %s ended by %s\n", peer.c_str(), text.c_str());
   }
   std::printf("  server: %s done, %zu messages, %zu bytes echoed\n", peer.c_str(), messages, bytes);
 }
@@ -233,7 +247,14 @@ awaitable<void> serve(echo_server& s, cv::connection conn) {
   cv::error_code end;  // the greeting first: the receives are posted, the client may send
   std::tie(end, std::ignore) = co_await conn.qp().async_send_with_imm(nothing_of(blocks[0]), greeting, tuple);
   while (!end) {
-    const example::completion<cv::received> c = co_await arrivals.next();
+    // A client that says nothing for peer_timeout is given up (the disconnect below flushes the receives).
+    const example::completion<cv::received> c = co_await arrivals.next(clock::now() + example::peer_timeout);
+    if (c.ec == std::errc::timed_out) {
+      std::fprintf(stderr, "echo server: %s sent nothing for %s: giving it up\n", peer.c_str(),
+                   example::seconds_text(example::peer_timeout).c_str());
+      end = c.ec;
+      break;
+    }
     if (c.ec) {
       end = c.ec;
       break;
@@ -249,8 +270,9 @@ awaitable<void> serve(echo_server& s, cv::connection conn) {
   }
   // The normal end: the client disconnected, which flushed our receives (connection_reset).
   const cv::error_code why = conn.error();
-  co_await conn.async_disconnect(tuple);  // completes at once when the peer closed first
-  co_await arrivals.drain();              // the blocks stay ours until every receive is retired
+  end = example::cause(end, conn);            // e.g. errc::port_error rather than the flush it caused
+  co_await example::disconnect_within(conn);  // at once when the peer closed first; bounded when it is gone
+  co_await arrivals.drain();                  // the blocks stay ours until every receive is retired
   record_end(s.counters, peer, messages, bytes, why, end);
 }
 
@@ -286,6 +308,7 @@ void admit(shared_receives& sh, cv::connection conn) {
   srq_peer p;
   p.peer = conn.remote_endpoint();
   p.conn = std::move(conn);
+  p.heard = clock::now();
   sh.peers.insert_or_assign(qp_num, std::move(p));
   cv::srq_received r;
   r.qp_num = qp_num;
@@ -339,6 +362,7 @@ awaitable<void> serve_srq(echo_server& s) {
         post(c.tag);
         continue;
       }
+      p->heard = clock::now();
       ++p->sending;  // beyond srq_send_wr in flight, sends wait for a credit
       p->conn.qp().async_send(sh.blocks[c.tag].span().subspan(0, c.value.bytes),
                               report_to(sh.events, tag.sent(c.tag), c.value.qp_num));
@@ -360,13 +384,34 @@ awaitable<void> serve_srq(echo_server& s) {
       if (!p) continue;
       srq_peer gone = std::move(sh.peers.extract(found).mapped());
       record_end(s.counters, gone.peer, gone.messages, gone.bytes, gone.why, gone.end);
-    } else {  // the ticker: close the connections that ended or failed
-      for (auto& [qp_num, peer] : sh.peers) {
-        if (peer.closing || peer.sending > 0 || (!peer.end && peer.conn.connected())) continue;
+    } else {  // the ticker: close the connections that ended, failed or fell silent
+      const auto now = clock::now();
+      for (auto it = sh.peers.begin(); it != sh.peers.end();) {
+        srq_peer& peer = it->second;
+        const std::uint32_t qp_num = it->first;
+        if (peer.closing && now - peer.closing_since > example::peer_timeout) {
+          // Its disconnect got no answer (the client or the port is gone): destroying the connection ends it.
+          srq_peer gone = std::move(sh.peers.extract(it++).mapped());
+          record_end(s.counters, gone.peer, gone.messages, gone.bytes, gone.why, gone.end);
+          continue;
+        }
+        ++it;
+        if (peer.closing) continue;
+        // An SRQ-attached queue pair has no receives of its own to flush: its own error (e.g. errc::port_error
+        // from a device event) says it failed.
+        if (!peer.end && peer.conn.qp().error()) peer.end = peer.conn.qp().error();
+        if (!peer.end && now - peer.heard > example::peer_timeout) {
+          std::fprintf(stderr, "echo server: %s sent nothing for %s: giving it up\n", peer.peer.c_str(),
+                       example::seconds_text(example::peer_timeout).c_str());
+          peer.end = std::make_error_code(std::errc::timed_out);
+        }
+        if (peer.sending > 0 || (!peer.end && peer.conn.connected())) continue;
         peer.closing = true;
+        peer.closing_since = now;
         peer.why = peer.conn.error();
-        // Completes at once (posted) when the client closed first, else once the client answers (a client
-        // that is gone: when rdma_cm gives up); the other connections are served meanwhile.
+        peer.end = example::cause(peer.end, peer.conn);
+        // Completes at once (posted) when the client closed first, else once the client answers; a client
+        // that does not within peer_timeout is dropped above. The other connections are served meanwhile.
         peer.conn.async_disconnect(report_to(sh.events, tag.closed(), qp_num));
       }
       if (s.limit != 0 && s.counters.ended == s.limit) break;
@@ -409,6 +454,7 @@ awaitable<void> accept_connections(echo_server& s, example::task_group& tasks) {
 
 struct client_result {
   cv::error_code error;
+  std::string step;  ///< what the client was doing when `error` happened
   std::size_t sent = 0, verified = 0, bytes_verified = 0, mismatched = 0;
   example::timings connect, round_trip;
 };
@@ -417,7 +463,12 @@ struct client_result {
 void check_echo(const example::completion<cv::received>& c, const std::vector<cv::registered_buffer>& blocks,
                 unsigned client, std::size_t k, clock::time_point sent_at, client_result& r) {
   if (c.ec) {
-    if (!r.error) r.error = c.ec;
+    if (!r.error) {
+      r.error = c.ec;
+      r.step = "waiting for the echo of message " + std::to_string(k) +
+               (c.ec == std::errc::timed_out ? " (none within " + example::seconds_text(example::peer_timeout) + ")"
+                                             : std::string());
+    }
     return;
   }
   r.round_trip.add(clock::now() - sent_at);
@@ -436,16 +487,18 @@ void check_echo(const example::completion<cv::received>& c, const std::vector<cv
 
 /// Connects, sends `messages` messages with `client_window` in flight, verifies every echo, disconnects.
 awaitable<void> run_client(asio::any_io_executor ex, example::command_line where, unsigned client, std::size_t messages,
-                           cv::registration_service& service, client_result& r) {
+                           cv::registration_service& service, example::device_watch& watch, client_result& r) {
   cv::connect_options options;
   options.qp = qp_options();
   const auto start = clock::now();
   auto [ec, conn] = co_await example::connect_patiently(ex, where, options);
   if (ec) {
     r.error = ec;
+    r.step = "connecting to " + where.address + ":" + std::to_string(where.port);
     co_return;
   }
   r.connect.add(clock::now() - start);
+  watch.watch(conn.get_device());  // a port going down fails this connection at once, as errc::port_error
   cv::buffer_pool pool(service, conn.pd(), pool_options(1));
   std::vector<cv::registered_buffer> blocks;  // [0, client_window): echoes land here; the last one: outgoing
   for (std::size_t i = 0; i <= client_window; ++i) {
@@ -459,16 +512,22 @@ awaitable<void> run_client(asio::any_io_executor ex, example::command_line where
 
   // The server's greeting (empty, immediate data `greeting`) says it is ready for this connection's messages.
   conn.qp().async_recv(blocks[0].span(), echoes.handler(0));
-  const example::completion<cv::received> hello = co_await echoes.next();
-  if (hello.ec)
+  const example::completion<cv::received> hello = co_await echoes.next(clock::now() + example::peer_timeout);
+  if (hello.ec) {
     r.error = hello.ec;
-  else if (hello.value.bytes != 0 || hello.value.imm != greeting)
-    r.error = std::make_error_code(std::errc::protocol_error);  // not an echo server of this program
+    r.step = "waiting for the server's greeting" +
+             (hello.ec == std::errc::timed_out
+                  ? " (none within " + example::seconds_text(example::peer_timeout) + ": is it an echo server?)"
+                  : std::string());
+  } else if (hello.value.bytes != 0 || hello.value.imm != greeting) {
+    r.error = std::make_error_code(std::errc::protocol_error);
+    r.step = "checking the server's greeting (not an echo server of this program)";
+  }
 
   for (std::size_t k = 0; k < messages && !r.error; ++k) {
     const std::size_t slot = k % client_window;
     if (k >= client_window) {  // the slot's previous echo first
-      const example::completion<cv::received> c = co_await echoes.next();
+      const example::completion<cv::received> c = co_await echoes.next(clock::now() + example::peer_timeout);
       check_echo(c, blocks, client, next_echo, sent_at[next_echo % client_window], r);
       ++next_echo;
     }
@@ -478,18 +537,24 @@ awaitable<void> run_client(asio::any_io_executor ex, example::command_line where
       outgoing.data()[j] = message_byte(client, k, j);
     sent_at[slot] = clock::now();
     auto [sec, n] = co_await conn.qp().async_send(outgoing.span().subspan(0, size), tuple);
-    if (sec)
+    if (sec) {
       r.error = sec;
-    else
+      r.step = "sending message " + std::to_string(k);
+    } else {
       ++r.sent;
+    }
   }
   while (!r.error && echoes.pending() > 0) {
-    const example::completion<cv::received> c = co_await echoes.next();
+    const example::completion<cv::received> c = co_await echoes.next(clock::now() + example::peer_timeout);
     check_echo(c, blocks, client, next_echo, sent_at[next_echo % client_window], r);
     ++next_echo;
   }
-  auto [dec] = co_await conn.async_disconnect(tuple);
-  if (dec && !r.error) r.error = dec;
+  r.error = example::cause(r.error, conn);  // e.g. errc::port_error rather than the flush it caused
+  const cv::error_code dec = co_await example::disconnect_within(conn);
+  if (dec && !r.error) {
+    r.error = dec;
+    r.step = "disconnecting";
+  }
   co_await echoes.drain();  // after an error: the receives still posted, flushed by the disconnect
 }
 
@@ -510,7 +575,8 @@ void print_clients(const std::vector<client_result>& results, std::size_t messag
   std::printf("  verified         : %zu/%zu messages, %zu bytes, %zu mismatched\n", all.verified,
               messages * results.size(), all.bytes_verified, all.mismatched);
   for (std::size_t i = 0; i < results.size(); ++i)
-    if (results[i].error) std::printf("  client %zu error   : %s\n", i, results[i].error.message().c_str());
+    if (results[i].error)
+      std::printf("  client %zu error   : %s: %s\n", i, results[i].step.c_str(), results[i].error.message().c_str());
 }
 
 bool clients_ok(const std::vector<client_result>& results, std::size_t messages) {
@@ -574,11 +640,12 @@ int run(const example::command_line& cmd, unsigned clients, std::size_t messages
   asio::io_context io;
   cv::registration_service service(io.get_executor());
   example::task_group tasks;
+  example::device_watch watch(io.get_executor(), "echo");  // the devices' events: a port going down
   std::optional<cv::listener> listener = cmd.listen(io.get_executor());
   std::optional<echo_server> server;
   example::command_line where = cmd;
   if (cmd.serving()) {
-    server.emplace(*listener, service, io, sizes);
+    server.emplace(*listener, service, io, sizes, watch);
     where.port = listener->local_port();
   }
   std::vector<client_result> results(cmd.self_test() ? clients : cmd.connecting() ? 1 : 0);
@@ -597,14 +664,15 @@ int run(const example::command_line& cmd, unsigned clients, std::size_t messages
   if (cmd.serving()) tasks.spawn(io, accept_connections(*server, tasks), what);
   if (cmd.serving() && sizes.srq_depth) tasks.spawn(io, serve_srq(*server), what);
   for (std::size_t c = 0; c < results.size(); ++c)
-    tasks.spawn(io, run_client(io.get_executor(), where, static_cast<unsigned>(c), messages, service, results[c]),
-                what);
+    tasks.spawn(
+        io, run_client(io.get_executor(), where, static_cast<unsigned>(c), messages, service, watch, results[c]), what);
   // A self-test's watchdog: 40 s, or 25 ms per message when there are more than 1600 (measured in the guest:
   // about 1.7 ms each).
   const std::chrono::seconds limit(std::max<std::size_t>(40, results.size() * messages / 40));
-  // An SRQ server that ends leaves its completion queue waiting on its channel (see serve_srq): run until the
-  // tasks end, not until the loop runs out of work.
-  const example::run_result outcome = example::run_tasks(io, tasks, cmd, limit, sizes.srq_depth != 0);
+  // Until the tasks end (an SRQ server that ends leaves its completion queue waiting on its channel, see
+  // serve_srq), or SIGINT / SIGTERM: the report is printed whole either way.
+  const example::run_result outcome = example::run_tasks(io, tasks, cmd, limit);
+  watch.close();
 
   bool ok = tasks.failed == 0 && clients_ok(results, messages);
   if (cmd.connecting()) print_clients(results, messages);

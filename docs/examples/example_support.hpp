@@ -1,8 +1,10 @@
 #pragma once
 // What the example programs share: their command line (a role plus numeric options, each with the roles it
 // belongs to), the device check of a listener, a patient connect, timing figures for the report, callback
-// completions awaited one by one, and a loop runner with a watchdog.
+// completions awaited one by one with a deadline, the device's events (a port going down), bounded
+// disconnects, and a loop runner with a watchdog that also ends on SIGINT or SIGTERM.
 #include <coverbs/cm.hpp>
+#include <coverbs/device_events.hpp>
 #include <coverbs/error.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -10,6 +12,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -18,15 +21,18 @@
 
 #include <arpa/inet.h>
 #include <net/if.h>
+#include <rdma/rdma_cma.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <exception>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -147,7 +153,7 @@ inline CLI::Option* add_numeric(CLI::App& app, const numeric_option& o) {
 /// The port of `--listen ADDR PORT` or `--connect ADDR PORT`, from `lowest` to 65535, or why it is bad.
 inline std::optional<std::string> parse_port(const std::string& text, std::uint64_t lowest, std::uint16_t& port) {
   const auto n = text.find_first_not_of("0123456789") == std::string::npos ? size_argument::parse(text, lowest, 65535)
-                                                                            : std::nullopt;
+                                                                           : std::nullopt;
   if (!n) return "the port must be a number from " + std::to_string(lowest) + " to 65535 (got '" + text + "')";
   port = static_cast<std::uint16_t>(*n);
   return std::nullopt;
@@ -185,7 +191,8 @@ inline std::optional<int> parse_command_line(int argc, char** argv, std::string_
   auto bad = [&](const std::string& why) { return std::optional<int>(bad_command_line(prog, why)); };
   CLI::App app{"", prog};
   ::command_line::describe(
-      app, std::string(usage) + "Exit status: 0 every check held; 1 a check failed or an error occurred; 2 bad command line.\n");
+      app, std::string(usage) +
+               "Exit status: 0 every check held; 1 a check failed or an error occurred; 2 bad command line.\n");
   bool self_test = false;
   std::vector<std::string> listen, connect;
   app.add_flag("--self-test", self_test);
@@ -210,8 +217,9 @@ inline std::optional<int> parse_command_line(int argc, char** argv, std::string_
     const std::vector<std::string>& where = listen.empty() ? connect : listen;
     const char* const option = listen.empty() ? "--connect" : "--listen";
     if (where.size() != 2)  // CLI11 hands over what it found; one value is not an address and a port
-      return bad(std::string(option) + " takes ADDR PORT, and the " + (where.empty() ? "address and the port are" : "port is") +
-                 " missing: e.g. " + option + " 10.77.0.1 7471");
+      return bad(std::string(option) + " takes ADDR PORT, and the " +
+                 (where.empty() ? "address and the port are" : "port is") + " missing: e.g. " + option +
+                 " 10.77.0.1 7471");
     out.mode = listen.empty() ? role::connect : role::listen;
     out.address = where[0];
     if (const auto why = parse_port(where[1], 1, out.port)) return bad(*why);
@@ -248,14 +256,17 @@ int run_main(int argc, char** argv, const char* name, std::string_view usage,
 // --- connecting ---
 
 /// `coverbs::async_connect` to `where`; a refused request (nobody listens there yet) is tried again every
-/// 100 ms for up to `patience`, so a client may be started together with its server.
+/// 100 ms for up to `patience`, so a client may be started together with its server. Each try's error is
+/// stored in `*last_try` when given, so a caller whose own time limit ends first can still say why (e.g.
+/// "connection refused", not that nothing replied).
 /// @returns the last try's error (success, or as `async_connect`) and the connection.
 inline asio::awaitable<std::tuple<error_code, coverbs::connection>>
 connect_patiently(asio::any_io_executor ex, command_line where, coverbs::connect_options options,
-                  std::chrono::milliseconds patience = std::chrono::seconds(10)) {
+                  std::chrono::milliseconds patience = std::chrono::seconds(10), error_code* last_try = nullptr) {
   const auto give_up = clock::now() + patience;
   for (;;) {
     auto [ec, conn] = co_await coverbs::async_connect(ex, where.address, where.port, options, tuple);
+    if (last_try) *last_try = ec;
     if (ec != coverbs::errc::connection_refused || clock::now() >= give_up) co_return std::tuple(ec, std::move(conn));
     asio::steady_timer pause(ex, std::chrono::milliseconds(100));
     co_await pause.async_wait(tuple);
@@ -308,6 +319,8 @@ struct completion {
 template <class Value>
 class completions {
 public:
+  static constexpr std::size_t timed_out_tag = SIZE_MAX;  ///< the tag of a `next(deadline)` that timed out
+
   explicit completions(const asio::any_io_executor& ex) : state_(std::make_shared<state>(ex)) {}
 
   /// A completion token for one operation with signature `void(error_code, Value)`.
@@ -323,10 +336,19 @@ public:
   std::size_t pending() const noexcept { return state_->pending; }
 
   /// The next completion, waiting for it if none is there yet. Needs `pending() > 0`.
-  asio::awaitable<completion<Value>> next() {
+  asio::awaitable<completion<Value>> next() { return next(clock::time_point::max()); }
+
+  /// As `next()`, giving up at `deadline`: the completion then has `ec` = `std::errc::timed_out` and tag
+  /// `timed_out_tag`, and the operations stay pending (move the queue pair to the error state, e.g. with
+  /// `disconnect_within`, then `drain()`).
+  asio::awaitable<completion<Value>> next(clock::time_point deadline) {
     const std::shared_ptr<state> s = state_;
-    while (s->ready.empty())
-      co_await s->wake.async_wait(tuple);
+    while (s->ready.empty()) {
+      s->wake.expires_at(deadline);
+      auto [ec] = co_await s->wake.async_wait(tuple);
+      if (!ec && s->ready.empty())
+        co_return completion<Value>{error_code(std::make_error_code(std::errc::timed_out)), timed_out_tag};
+    }
     completion<Value> c = std::move(s->ready.front());
     s->ready.pop_front();
     --s->pending;
@@ -346,11 +368,148 @@ public:
 private:
   struct state {
     explicit state(const asio::any_io_executor& ex) : wake(ex, clock::time_point::max()) {}
-    asio::steady_timer wake;  // never expires; cancelled to wake the waiter
+    asio::steady_timer wake;  // expires at the waiter's deadline (never, for next()); cancelled to wake it
     std::deque<completion<Value>> ready;
     std::size_t pending = 0;
   };
   std::shared_ptr<state> state_;
+};
+
+// --- the peer and the device: bounded waits, named causes ---
+
+/// How long an example waits for anything its peer must do (a message, an echo, a reply, the answer to a
+/// disconnect) before it gives that peer up: generous for a busy emulated guest, short enough that no
+/// process hangs on a peer or a port that is gone.
+inline constexpr std::chrono::seconds peer_timeout{20};
+
+/// "20 s", for messages.
+inline std::string seconds_text(std::chrono::seconds s) { return std::to_string(s.count()) + " s"; }
+
+/// Disconnects `conn` (connection::async_disconnect: its queue pair goes to the error state at once, so its
+/// operations flush) and waits at most `limit` for rdma_cm to report the connection closed, which takes the
+/// peer's answer, or rdma_cm's retries when the peer or the port is gone (with the queue pair failed by
+/// `errc::port_error` it waits 1 s at most: a port that is down carries no answer).
+/// @returns the disconnect's error, or `std::errc::timed_out` past `limit` (the disconnect then stays
+/// pending; destroying the connection ends it). Needs a non-empty connection.
+inline asio::awaitable<error_code> disconnect_within(coverbs::connection& conn,
+                                                     std::chrono::milliseconds limit = peer_timeout) {
+  if (conn.qp().error() == coverbs::errc::port_error)
+    limit = std::min<std::chrono::milliseconds>(limit, std::chrono::seconds(1));
+  struct state {
+    explicit state(const asio::any_io_executor& ex) : done(ex) {}
+    asio::steady_timer done;
+    std::optional<error_code> ec;
+  };
+  const auto s = std::make_shared<state>(conn.get_executor());
+  s->done.expires_after(limit);
+  conn.async_disconnect([s](error_code ec) {
+    s->ec = ec;
+    s->done.cancel();
+  });
+  co_await s->done.async_wait(tuple);
+  co_return s->ec ? *s->ec : error_code(std::make_error_code(std::errc::timed_out));
+}
+
+/// What ended an operation on `conn` that completed with `ec`, for the report: the queue pair's own error
+/// when a device event moved it to the error state (`errc::port_error`, `device_fatal`, `qp_fatal`, ...: the
+/// flushed operation's `wr_flush_err` is only the consequence); `errc::port_error` when the connection's port
+/// is down now (an operation may fail, e.g. with rxe's `loc_qp_op_err`, before the port event was read);
+/// else `ec`. Success stays success.
+inline error_code cause(const error_code& ec, const coverbs::connection& conn) {
+  if (!ec || !conn) return ec;
+  using coverbs::errc;
+  const error_code qp = conn.qp().error();
+  for (errc e : {errc::port_error, errc::device_fatal, errc::qp_fatal, errc::qp_request_error, errc::qp_access_error,
+                 errc::cq_error})
+    if (qp == e) return qp;
+  const rdma_cm_id* id = conn.native_handle();
+  try {
+    if (id && id->port_num != 0 && !conn.get_device().query_port(id->port_num).active())
+      return coverbs::make_error_code(errc::port_error);
+  } catch (const coverbs::system_error&) {  // the device is gone: nothing more to say than `ec`
+  }
+  return ec;
+}
+
+/// The asynchronous events (coverbs::device_events) of the devices this program's listener and connections
+/// use, read for as long as the watch exists. With it, a port going down moves every queue pair of this
+/// process on that port to the error state at once: their operations flush and `queue_pair::error()` says
+/// `errc::port_error` (see `cause`). Without a reader nothing does: a posted receive waits forever, and a
+/// send fails only after the transport's retries, as a local error that does not name the port. Each port
+/// and fatal event is printed once on stderr, as "`who`: rxe0 port 1 went down (port error) ...".
+/// @par Lifetime Destroy it (or `close()` it) before its io_context: a pending read keeps the loop busy.
+/// @par Thread Safety Use from its executor.
+class device_watch {
+public:
+  device_watch(asio::any_io_executor ex, std::string who) : ex_(std::move(ex)), who_(std::move(who)) {}
+  device_watch(const device_watch&) = delete;
+  device_watch& operator=(const device_watch&) = delete;
+  ~device_watch() { close(); }
+
+  /// Reads the events of `dev`'s context from now on; once per context (rdma_cm's contexts are shared by
+  /// every connection of a process to one device, and a context has one reader), later calls do nothing.
+  /// @throws coverbs::system_error as device_events' constructor.
+  void watch(coverbs::device& dev) {
+    ibv_context* const context = dev.native_handle();
+    if (closed_ || !context || readers_.count(context)) return;
+    auto r = std::make_shared<reader>(ex_, context, who_);
+    readers_.emplace(context, r);
+    wait_next(r);
+  }
+
+  /// IBV_EVENT_PORT_ERR events seen so far.
+  std::size_t ports_down() const noexcept {
+    std::size_t n = 0;
+    for (const auto& [context, r] : readers_)
+      n += r->ports_down;
+    return n;
+  }
+
+  /// Stops reading (pending reads end with operation_aborted). Idempotent.
+  void close() noexcept {
+    closed_ = true;
+    readers_.clear();
+  }
+
+private:
+  struct reader {
+    reader(const asio::any_io_executor& ex, ibv_context* context, const std::string& w)
+        : view(coverbs::device::adopt(context)), events(ex, view), who(w) {}
+    coverbs::device view;  // adopted: rdma_cm keeps its contexts open for the life of the process
+    coverbs::device_events events;
+    std::string who;
+    std::size_t ports_down = 0;
+  };
+
+  static void wait_next(const std::shared_ptr<reader>& r) {
+    r->events.async_wait_event([weak = std::weak_ptr<reader>(r)](error_code ec, coverbs::device_event e) {
+      const std::shared_ptr<reader> r = weak.lock();
+      if (ec || !r) return;  // closed
+      report(*r, e);
+      wait_next(r);
+    });
+  }
+
+  static void report(reader& r, const coverbs::device_event& e) {
+    const std::string where = r.view.name() + (e.port_event() ? " port " + std::to_string(e.port) : std::string());
+    if (e.type == IBV_EVENT_PORT_ERR) {
+      ++r.ports_down;
+      std::fprintf(stderr,
+                   "%s: %s went down (%s): %zu queue pair(s) of this process moved to the error state "
+                   "(errc::port_error), their operations flushed\n",
+                   r.who.c_str(), where.c_str(), e.name(), e.queue_pairs_failed);
+    } else if (e.type == IBV_EVENT_PORT_ACTIVE) {
+      std::fprintf(stderr, "%s: %s is active again (%s)\n", r.who.c_str(), where.c_str(), e.name());
+    } else if (e.type == IBV_EVENT_DEVICE_FATAL) {
+      std::fprintf(stderr, "%s: %s: %s: every queue pair on it moved to the error state\n", r.who.c_str(),
+                   where.c_str(), e.name());
+    }
+  }
+
+  asio::any_io_executor ex_;
+  std::string who_;
+  std::map<ibv_context*, std::shared_ptr<reader>> readers_;
+  bool closed_ = false;
 };
 
 // --- running ---
@@ -382,40 +541,47 @@ struct task_group {
 struct run_result {
   bool finished = false;  ///< every task ended
   double elapsed_us = 0;
+  int signal = 0;  ///< SIGINT or SIGTERM, when one ended the run; 0 otherwise
 };
 
+/// "SIGTERM", "SIGINT".
+inline const char* signal_name(int signal) {
+  return signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal";
+}
+
 /// Runs `io` until every task of `tasks` has ended; in self-test mode for `limit` at most (a line then says so).
-/// In the other modes `io` runs until it has no work left, or with `until_done` until the tasks have ended (for
-/// a program that leaves work behind it: e.g. a completion queue still waits on its channel once a shared
-/// receive queue with receives posted was destroyed).
+/// SIGINT or SIGTERM ends the run early (`run_result::signal`): the caller still prints its whole report.
 inline run_result run_tasks(asio::io_context& io, const task_group& tasks, const command_line& cmd,
-                            std::chrono::seconds limit = std::chrono::seconds(40), bool until_done = false) {
+                            std::chrono::seconds limit = std::chrono::seconds(40)) {
   const auto start = clock::now();
-  if (!cmd.self_test() && !until_done) {
-    io.run();
-  } else if (!cmd.self_test()) {
-    while (!tasks.all_done() && io.run_one() > 0) {
-    }
-  } else {
-    const auto deadline = start + limit;
-    while (!tasks.all_done() && clock::now() < deadline) {
-      io.restart();
-      io.run_for(std::chrono::milliseconds(50));
-    }
-    if (!tasks.all_done()) std::printf("  did not finish within %lld s\n", static_cast<long long>(limit.count()));
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  int stopped_by = 0;
+  signals.async_wait([&stopped_by](const error_code& ec, int signal) {
+    if (!ec) stopped_by = signal;
+  });
+  const auto deadline = cmd.self_test() ? start + limit : clock::time_point::max();
+  while (!tasks.all_done() && stopped_by == 0 && clock::now() < deadline) {
+    io.restart();
+    io.run_for(std::chrono::milliseconds(50));
   }
-  return {tasks.all_done(), us_since(start)};
+  signals.cancel();
+  if (stopped_by)
+    std::printf("  stopped by %s (%d of %d tasks ended)\n", signal_name(stopped_by), tasks.finished, tasks.started);
+  else if (!tasks.all_done())
+    std::printf("  did not finish within %lld s\n", static_cast<long long>(limit.count()));
+  return {tasks.all_done(), us_since(start), stopped_by};
 }
 
 /// Prints the elapsed time, then "`what`: OK" or "`what`: FAILED". @returns the exit status, 0 or 1. When the
-/// tasks did not all finish, exits the process at once with 1 instead: their coroutines still hold connections
-/// on resources of the caller's frame, which must not be unwound in the wrong order.
+/// tasks did not all finish (a watchdog or a signal ended the run), exits the process at once instead, with
+/// that status (a run a signal ended is OK when all it did held): their coroutines still hold connections on
+/// resources of the caller's frame, which must not be unwound in the wrong order.
 inline int verdict(const std::string& what, bool ok, const run_result& run) {
-  std::printf("  elapsed          : %.0f us\n%s: %s\n", run.elapsed_us, what.c_str(),
-              ok && run.finished ? "OK" : "FAILED");
+  ok = ok && (run.finished || run.signal != 0);
+  std::printf("  elapsed          : %.0f us\n%s: %s\n", run.elapsed_us, what.c_str(), ok ? "OK" : "FAILED");
   if (!run.finished) {
     std::fflush(nullptr);
-    std::_Exit(1);
+    std::_Exit(ok ? 0 : 1);
   }
   return ok ? 0 : 1;
 }

@@ -25,6 +25,8 @@
 // at once. A connection that presents an id another live connection holds takes the tenant over (the id,
 // 64 random bits, is the client's credential); the other connection's windows are revoked first. (A peer
 // whose host vanishes without a disconnect is noticed only when the server next sends to it: no keepalive.)
+// A request sent as a send-with-invalidate of a key the connection was not granted (coverbs reports
+// errc::foreign_remote_invalidation) is refused with `foreign_invalidation` and ends that connection.
 //
 // Client: each session connects, asks for its keys, writes --ops blocks of --size bytes through the write
 // window and reads each back through the read window, comparing the bytes. With --after-compaction it
@@ -130,7 +132,10 @@ enum class refusal : std::int32_t {
   tenant_limit,       ///< get_keys: this connection holds --tenants-per-connection tenants (`count`: that)
   tenant_taken_over,  ///< get_keys: another connection presented the same id meanwhile and took it
   not_your_tenant,    ///< bye: no tenant of this id belongs to this connection
-  connection_ended    ///< the connection ended while the request waited (never delivered)
+  connection_ended,   ///< the connection ended while the request waited (never delivered)
+  /// The request came as a send-with-invalidate of a key this connection was not granted: the server ends
+  /// the connection.
+  foreign_invalidation
 };
 
 const char* to_string(refusal r) {
@@ -149,6 +154,9 @@ const char* to_string(refusal r) {
   case refusal::tenant_taken_over: return "another connection presented this tenant's id and took it over";
   case refusal::not_your_tenant: return "no tenant of this id belongs to this connection";
   case refusal::connection_ended: return "the connection ended";
+  case refusal::foreign_invalidation:
+    return "the request came as a send-with-invalidate naming a key this connection was not granted; the "
+           "server ends the connection (send requests with a plain send)";
   }
   return "unknown refusal";
 }
@@ -325,6 +333,8 @@ public:
   void stop();
   /// Prints the statistics (text, or one JSON line).
   void report() const;
+  /// The device the server listens on, serves from, and whose events `run_server` reads.
+  cv::device& device() const noexcept { return listener_.get_device(); }
 
 private:
   static cv::listener_options listener_options() {
@@ -452,8 +462,20 @@ awaitable<void> pool_server::serve(std::shared_ptr<session> s) {
   std::memcpy(s->outbox().data(), &hello, message_bytes);
   auto [hello_ec, hello_bytes] = co_await s->conn.qp().async_send(s->outbox(), tuple);
   control_bytes_ += hello_ec ? 0 : hello_bytes;
+  cv::error_code refused;  // a hostile request that ended the session
   while (!hello_ec) {
     auto [ec, r] = co_await s->in.next();
+    if (ec == cv::errc::foreign_remote_invalidation) {
+      // A send-with-invalidate naming a window of another connection: coverbs refused it (and counted it in
+      // window_statistics().foreign_invalidations). Never served: the peer is told why and disconnected;
+      // every other session goes on. (On rxe the named key is dead already — its owner's next access fails
+      // and it recovers as after a compaction; a device that enforces IBA's rule fails the receive instead.)
+      refused = ec;
+      message no{.op = command::reply, .status = refusal::foreign_invalidation};
+      std::memcpy(s->outbox().data(), &no, message_bytes);
+      co_await s->conn.qp().async_send(s->outbox(), tuple);
+      break;
+    }
     if (ec) break;  // the peer disconnected, or the queue pair went to the error state
     message request;
     std::memcpy(&request, s->inbox().data(), std::min<std::size_t>(r.bytes, message_bytes));
@@ -473,7 +495,8 @@ awaitable<void> pool_server::serve(std::shared_ptr<session> s) {
   // connection goes.
   s->end();
   ++sessions_ended_;
-  const cv::error_code cause = s->conn.qp().error() ? s->conn.qp().error() : s->conn.error();
+  cv::error_code cause = refused ? refused : s->conn.qp().error();
+  if (!cause) cause = s->conn.error();
   ++end_causes_[cause ? cause.message() : "ended"];
   co_await revoke(*s, windows_revoked_);
   release(*s);
@@ -786,6 +809,7 @@ void pool_server::report() const {
                                     {"binds", w.binds},
                                     {"binds_failed", w.binds_failed},
                                     {"invalidations", w.invalidations},
+                                    {"foreign_invalidations", w.foreign_invalidations},
                                     {"windows_replaced", w.windows_replaced},
                                     {"windows_bound_at_exit", w.windows_bound},
                                     {"session_end_causes", std::move(causes)},
@@ -813,8 +837,8 @@ void pool_server::report() const {
               compaction_us_.text().c_str());
   std::printf("  control messages  : %" PRIu64 " requests, %" PRIu64 " bytes\n", requests_, control_bytes_);
   std::printf("  device counters   : %" PRIu64 " binds, %" PRIu64 " invalidations, %" PRIu64
-              " windows replaced, %" PRIu64 " bound at exit\n",
-              w.binds, w.invalidations, w.windows_replaced, w.windows_bound);
+              " foreign invalidations refused, %" PRIu64 " windows replaced, %" PRIu64 " bound at exit\n",
+              w.binds, w.invalidations, w.foreign_invalidations, w.windows_replaced, w.windows_bound);
   for (const auto& e : errors_)
     std::printf("  error: %s\n", e.c_str());
 }
@@ -845,6 +869,10 @@ struct client_stats {
   samples connect_us, registration_us, keys_us, recover_us, phase1_us, phase2_us;
   std::vector<std::string> unexpected;
   bool told_waiting = false;  ///< the note that the sessions wait for a compaction is out
+  cv::error_code last_connect;  ///< the last connect try's error (see timeout_reason)
+  /// Where open_link registers each connection's device: a port going down then fails the sessions on it at
+  /// once, as errc::port_error. None for --admin and --grab (one connection, bounded by --timeout).
+  example::device_watch* watch = nullptr;
 };
 
 /// A connection plus the client's registered memory in its protection domain:
@@ -882,8 +910,13 @@ awaitable<std::unique_ptr<link>> open_link(const client_config& c, client_stats&
   o.qp = small_queue_pair();
   const auto t0 = clock_type::now();
   const example::command_line server{.mode = example::role::connect, .address = c.host, .port = c.port};
-  auto [ec, conn] = co_await example::connect_patiently(ex, server, o);
+  // A refused connect is tried again for 10 s, but not for longer than half of --timeout; the last try's
+  // error is kept, so a process whose --timeout ends first says "connection refused" (timeout_reason).
+  const auto patience = std::min<std::chrono::milliseconds>(std::chrono::seconds(10),
+                                                            std::chrono::seconds(c.timeout) / 2);
+  auto [ec, conn] = co_await example::connect_patiently(ex, server, o, patience, &st.last_connect);
   if (ec) throw step_failed("connect to " + c.host + ":" + std::to_string(c.port) + ": " + ec.message());
+  if (st.watch) st.watch->watch(conn.get_device());
   st.connect_us.add(micros_since(t0));
   ++st.connections;
   auto l = std::make_unique<link>();
@@ -901,7 +934,7 @@ awaitable<std::unique_ptr<link>> open_link(const client_config& c, client_stats&
   auto [hello_ec, r] = co_await l->in->next();
   message hello;
   std::memcpy(&hello, l->inbox().data(), message_bytes);
-  if (hello_ec) throw step_failed("wait for the server's hello: " + hello_ec.message());
+  if (hello_ec) throw step_failed("wait for the server's hello: " + example::cause(hello_ec, l->conn).message());
   if (r.bytes != message_bytes || hello.magic != message::magic_value || hello.op != command::hello)
     throw step_failed("the peer is not a memory_pool_server (no hello)");
   l->slots = hello.count;
@@ -919,9 +952,10 @@ awaitable<void> close_link(link& l) {
 awaitable<message> exchange(link& l, message request, client_stats& st) {
   std::memcpy(l.outbox().data(), &request, message_bytes);
   auto [ec, n] = co_await l.conn.qp().async_send(l.outbox(), tuple);
-  if (ec) throw step_failed("send request: " + ec.message());
+  // example::cause names what failed the queue pair (e.g. errc::port_error), not the flush it caused.
+  if (ec) throw step_failed("send request: " + example::cause(ec, l.conn).message());
   auto [recv_ec, r] = co_await l.in->next();
-  if (recv_ec) throw step_failed("receive reply: " + recv_ec.message());
+  if (recv_ec) throw step_failed("receive reply: " + example::cause(recv_ec, l.conn).message());
   message reply;
   std::memcpy(&reply, l.inbox().data(), message_bytes);
   l.in->post(l.conn.qp(), l.inbox());
@@ -1329,10 +1363,15 @@ int run_server(const server_config& config) {
   signals.async_wait([&](cv::error_code ec, int) {
     if (!ec) server->stop();
   });
+  // The device's events: a port going down fails the sessions on it at once (errc::port_error, a line on
+  // stderr); the server goes on serving the connections that come once it is back.
+  example::device_watch watch(io.get_executor(), "memory_pool_server");
+  watch.watch(server->device());
   std::exception_ptr failure;
   asio::co_spawn(io, server->run(), [&](std::exception_ptr e) {
     failure = e;
     signals.cancel();
+    watch.close();
   });
   io.run();
   server->report();
@@ -1347,8 +1386,12 @@ int run_server(const server_config& config) {
   return 0;
 }
 
-/// Why a client process ran out of time (--timeout).
-std::string timeout_reason(const client_config& c) {
+/// Why a client process ran out of time (--timeout): with no connection made yet, what the last connect try
+/// got (e.g. "connection refused": nobody listens there), since no reply could come.
+std::string timeout_reason(const client_config& c, const client_stats& st) {
+  if (st.connections == 0 && st.last_connect)
+    return "no connection within " + std::to_string(c.timeout) + " s: connect to " + c.host + ":" +
+           std::to_string(c.port) + ": " + st.last_connect.message();
   const std::string limit = "no reply within " + std::to_string(c.timeout) + " s (--timeout SECONDS raises the limit)";
   if (c.admin == "compact" && c.waiting > 0)
     return limit + ": the server compacts once " + std::to_string(c.waiting) + " sessions wait for a compaction";
@@ -1372,7 +1415,7 @@ int run_client(const client_config& config) {
       std::fflush(nullptr);
       std::_Exit(grabbed ? 0 : 1);
     }
-    const std::string why = timeout_reason(config);
+    const std::string why = timeout_reason(config, st);
     if (!config.admin.empty()) {
       print_admin_failure(config, why);
     } else {
@@ -1399,10 +1442,16 @@ int run_client(const client_config& config) {
   }
   std::random_device seed;
   int running = config.clients;
+  // The device's events (see open_link): read until every session has ended.
+  example::device_watch watch(io.get_executor(), "memory_pool_server");
+  st.watch = &watch;
   for (int i = 0; i < config.clients; ++i) {
     asio::co_spawn(io, client_session(config, fresh_tenant_id(seed), i, st), [&](std::exception_ptr e) {
       if (e) st.unexpected.push_back("a session ended with an exception");
-      if (--running == 0) limit.cancel();
+      if (--running == 0) {
+        limit.cancel();
+        watch.close();
+      }
     });
   }
   io.run();

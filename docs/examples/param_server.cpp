@@ -12,6 +12,8 @@
 
 #include "example_support.hpp"
 
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
@@ -43,6 +45,9 @@ constexpr const char* usage_text =
     "      exit status 0 only if every sum was exact and the stale keys were refused.\n"
     "  param_server --listen ADDR PORT [--workers W] [--rounds R] [--params N]\n"
     "      serve W workers on ADDR:PORT (a numeric address of an RDMA device) for R rounds, then exit.\n"
+    "      A peer takes a worker slot with its hello: one that sends nothing for 20 s, sends anything\n"
+    "      else, or comes once every slot is taken is refused (a line on stderr says why) and the run\n"
+    "      goes on with the others.\n"
     "  param_server --connect ADDR PORT\n"
     "      one worker; the server tells it its number, the worker count, the rounds and the parameters\n"
     "      (a refused connection is tried again for 10 s, so workers and server may start together).\n"
@@ -52,6 +57,9 @@ constexpr const char* usage_text =
     "round's write/atomic window, which the server invalidates as soon as the worker says it is done).\n"
     "Worker 0 finally pushes with its invalidated key and worker 1 through its read-only key: both must get\n"
     "rem_access_err. Limits: --workers 1..16, --rounds 1..1000, --params 1..65536.\n"
+    "Every wait on the peer is bounded (20 s for a message; 60 s for an answer that waits for every\n"
+    "worker; a disconnect's answer 20 s), and the device's events are read: a port going down ends the\n"
+    "connections on it at once, reported as the port's error (errc::port_error).\n"
     "Run it where verbs work; without an RDMA device, in the Soft-RoCE guest, from the project folder:\n"
     "  tools/rxe-vm -- build/docs/param_server --self-test\n"
     "  tools/rxe-vm -- sh -c 'build/docs/param_server --listen 10.77.0.1 7472 --workers 2 & s=$!;\n"
@@ -113,11 +121,19 @@ public:
   /// Posts the receive for the next message (before the peer can send it: no receiver-not-ready wait).
   void expect() { qp_.async_recv(cv::span_of(mr_, 0, sizeof(control_message)), arrivals_.handler(0)); }
 
-  /// The message the receive posted by `expect()` got.
-  awaitable<std::pair<cv::error_code, control_message>> receive() {
-    const example::completion<cv::received> c = co_await arrivals_.next();
+  /// The message the receive posted by `expect()` got, waiting until `deadline` at most (then
+  /// `std::errc::timed_out`, the receive still posted). A message that is not one whole control message
+  /// gives `std::errc::bad_message` (`received_bytes()` says how long it was).
+  awaitable<std::pair<cv::error_code, control_message>> receive(clock::time_point deadline = clock::time_point::max()) {
+    const example::completion<cv::received> c = co_await arrivals_.next(deadline);
+    if (!c.ec) received_ = c.value.bytes;
+    if (!c.ec && c.value.bytes != sizeof(control_message))
+      co_return std::pair(cv::error_code(std::make_error_code(std::errc::bad_message)), control_message{});
     co_return std::pair(c.ec, slots_[0]);
   }
+
+  /// Bytes of the last message received.
+  std::size_t received_bytes() const noexcept { return received_; }
 
   awaitable<cv::error_code> send(control_message m) {
     slots_[1] = m;
@@ -125,11 +141,11 @@ public:
     co_return ec;
   }
 
-  /// Sends `m` and waits for the answer.
-  awaitable<std::pair<cv::error_code, control_message>> request(control_message m) {
+  /// Sends `m` and waits for the answer until `deadline` at most.
+  awaitable<std::pair<cv::error_code, control_message>> request(control_message m, clock::time_point deadline) {
     expect();
     const cv::error_code ec = co_await send(m);
-    const std::pair<cv::error_code, control_message> answer = co_await receive();
+    const std::pair<cv::error_code, control_message> answer = co_await receive(deadline);
     co_return ec ? std::pair(ec, control_message{}) : answer;
   }
 
@@ -139,6 +155,7 @@ public:
 private:
   cv::queue_pair& qp_;
   std::array<control_message, 2> slots_{};  // [0] in, [1] out
+  std::size_t received_ = 0;
   cv::memory_region mr_;
   example::completions<cv::received> arrivals_;
 };
@@ -152,21 +169,26 @@ struct param_server {
   std::vector<std::uint64_t> values;  // the parameter vector
   cv::memory_region mr;               // over `values`; windows grant parts of its rights
   cv::connection_options options;
-  asio::steady_timer event;  // never expires; cancelled whenever a barrier moves or a worker is lost
+  asio::steady_timer event;                  // never expires; cancelled whenever a barrier moves or a worker is lost
+  asio::cancellation_signal stop_accepting;  // emitted once every worker slot is taken, or a worker was lost
+  example::device_watch& watch;              // the listener's device: a port going down fails the workers
 
   std::vector<unsigned> pulled, pushed;  // per round: workers that asked for their push key / have pushed
   std::vector<clock::time_point> round_started;
   std::vector<bool> exact;  // per round: every sum was exact once all its pushes were in
   unsigned next_worker = 0, workers_ended = 0, workers_lost = 0, rounds_exact = 0;
+  unsigned peers_refused = 0;  // connections that never became workers (no hello, junk, every slot taken)
   std::size_t final_wrong = 0;
   example::timings read_binds, push_binds, invalidations, round_times;
 
-  param_server(cv::listener& l, asio::io_context& io, unsigned w, unsigned r, std::size_t params)
+  param_server(cv::listener& l, asio::io_context& io, unsigned w, unsigned r, std::size_t params,
+               example::device_watch& dw)
       : workers(w), rounds(r), pd(l.get_device()), cq(io, l.get_device(), {.depth = 8192}), values(params),
         mr(pd, std::as_writable_bytes(std::span(values)),
            cv::access::local_write | cv::access::remote_read | cv::access::remote_write | cv::access::remote_atomic |
                cv::access::mw_bind),
-        event(io, clock::time_point::max()), pulled(r), pushed(r), round_started(r), exact(r) {
+        event(io, clock::time_point::max()), watch(dw), pulled(r), pushed(r), round_started(r), exact(r) {
+    watch.watch(l.get_device());
     for (std::size_t j = 0; j < values.size(); ++j)
       values[j] = initial_value(j);
     options.pd = &pd;
@@ -197,6 +219,7 @@ struct param_server {
   void lose_worker() {
     ++workers_lost;
     event.cancel();
+    stop_accepting.emit(asio::cancellation_type::terminal);  // the rounds cannot complete any more
   }
 };
 
@@ -237,41 +260,85 @@ awaitable<control_message> answer(param_server& s, cv::queue_pair& qp, unsigned 
   co_return out;
 }
 
-/// One worker's connection: answers its control messages until it goes away.
+/// Why a peer's control receive failed, in words: silent for `peer_timeout`, junk, or what ended the connection
+/// (e.g. errc::port_error when the port went down, rather than the flush it caused).
+std::string receive_failure(const cv::error_code& ec, const cv::connection& conn, const control_channel& control) {
+  if (ec == std::errc::timed_out) return "it sent nothing for " + example::seconds_text(example::peer_timeout);
+  if (ec == std::errc::bad_message)
+    return "it sent " + std::to_string(control.received_bytes()) + " bytes, not a param_server control message (" +
+           std::to_string(sizeof(control_message)) + " bytes)";
+  const cv::error_code why = example::cause(ec, conn);
+  if (why == cv::wc_errc::wr_flush_err && conn.error()) return conn.error().message();
+  return why.message();
+}
+
+/// One peer's connection: answers its control messages until it goes away. It becomes a worker (takes a
+/// worker slot) only with a well-formed hello; a peer that sends nothing for `peer_timeout`, sends junk or
+/// comes once every slot is taken has its session ended with a line on stderr saying why, and the run goes
+/// on with the others. A worker lost before its last round fails the rounds (they need every worker).
 awaitable<void> serve_worker(param_server& s, cv::connection conn) {
-  const unsigned id = s.next_worker++;
+  const std::string peer = conn.remote_endpoint();
+  std::optional<unsigned> id;  // once its hello took a worker slot
   control_channel control(conn, s.pd);
   cv::memory_window pull_window(s.pd, cv::window_type::type2), push_window(s.pd, cv::window_type::type2);
   bool all_rounds = false;
+  std::string why;  // what ended it early
   control.expect();
   for (;;) {
-    auto [ec, in] = co_await control.receive();
-    if (ec) break;
+    auto [ec, in] = co_await control.receive(clock::now() + example::peer_timeout);
+    if (ec) {
+      why = receive_failure(ec, conn, control);
+      break;
+    }
+    if (!id && in.what != kind::hello) {
+      why = "its first message is not a hello (kind " + std::to_string(static_cast<std::uint32_t>(in.what)) + ")";
+      break;
+    }
+    if (!id && s.next_worker == s.workers) {
+      why = "every worker slot is taken";
+      co_await control.send(control_message{.what = kind::failed});
+      break;
+    }
+    if (!id) {
+      id = s.next_worker++;
+      if (s.next_worker == s.workers) s.stop_accepting.emit(asio::cancellation_type::terminal);
+    }
     control.expect();  // `in` is a copy: the next message may land
-    const control_message out = co_await answer(s, conn.qp(), id, in, pull_window, push_window);
+    const control_message out = co_await answer(s, conn.qp(), *id, in, pull_window, push_window);
     const cv::error_code sent = co_await control.send(out);
-    if (sent || out.what == kind::failed) break;
+    if (sent || out.what == kind::failed) {
+      why = sent ? "sending the answer: " + example::cause(sent, conn).message() : "its request could not be served";
+      break;
+    }
     all_rounds = all_rounds || (out.what == kind::round_done && in.round + 1 == s.rounds);
   }
   // The worker's probes (stale keys) break the connection on purpose, after its last round.
-  co_await conn.async_disconnect(tuple);
+  co_await example::disconnect_within(conn);
   co_await control.drain();
+  if (!id) {
+    ++s.peers_refused;
+    std::fprintf(stderr, "param_server: %s is not a worker: %s; its connection is closed, the others go on\n",
+                 peer.c_str(), why.c_str());
+    co_return;
+  }
   ++s.workers_ended;
   if (!all_rounds) {
-    std::fprintf(stderr, "param_server: worker %u left before its last round\n", id);
+    std::fprintf(stderr, "param_server: worker %u (%s) left before its last round: %s\n", *id, peer.c_str(),
+                 why.c_str());
     s.lose_worker();
   }
 }
 
+/// Accepts connections until every worker slot is taken (a peer takes one with its hello, see serve_worker)
+/// or a worker was lost.
 awaitable<void> accept_workers(param_server& s, cv::listener& l, example::task_group& tasks) {
-  for (unsigned accepted = 0; accepted < s.workers;) {
-    auto [ec, conn] = co_await l.async_accept(s.options, tuple);
+  while (s.next_worker < s.workers && s.workers_lost == 0) {
+    auto [ec, conn] = co_await l.async_accept(s.options, asio::bind_cancellation_slot(s.stop_accepting.slot(), tuple));
+    if (ec == asio::error::operation_aborted) co_return;  // every slot taken, or the listener closed
     if (ec) {
       std::fprintf(stderr, "param_server: accept failed: %s\n", ec.message().c_str());
-      if (ec == asio::error::operation_aborted) co_return;
       continue;
     }
-    ++accepted;
     tasks.spawn(l.get_executor(), serve_worker(s, std::move(conn)), "param_server");
   }
 }
@@ -285,15 +352,21 @@ struct worker_result {
   std::size_t pulls = 0, pulls_exact = 0, fetch_adds = 0;
   bool probed = false;
   cv::error_code probe, error;
+  std::string step;             ///< what the worker was doing when `error` happened
   example::timings pull, push;  // one RDMA read of the vector; one round's fetch-and-adds
 };
 
 /// The rounds, on a connected worker: pull, check, push, report; then the final pull and the probe.
+/// How long a worker waits for an answer that waits for every worker (a push key, a round's end): the
+/// slowest worker's step, bounded by the server's own peer_timeout per worker.
+constexpr auto barrier_timeout = 3 * example::peer_timeout;
+
 awaitable<cv::error_code> work(cv::connection& conn, control_channel& control, std::vector<std::uint64_t>& words,
                                cv::memory_region& mr, worker_result& r) {
   cv::queue_pair& qp = conn.qp();
   const control_message hello{kind::hello};
-  auto [hec, welcome] = co_await control.request(hello);
+  r.step = "waiting for the server's welcome";
+  auto [hec, welcome] = co_await control.request(hello, clock::now() + example::peer_timeout);
   if (hec || welcome.what != kind::welcome) co_return hec ? hec : cv::make_error_code(cv::errc::connection_refused);
   r.welcomed = true;
   r.id = welcome.worker;
@@ -318,7 +391,8 @@ awaitable<cv::error_code> work(cv::connection& conn, control_channel& control, s
     const cv::error_code pull_error = co_await pull(round);
     if (pull_error) co_return pull_error;
     const control_message want{kind::want_push, round};
-    auto [wec, granted] = co_await control.request(want);
+    r.step = "waiting for the push key of round " + std::to_string(round);
+    auto [wec, granted] = co_await control.request(want, clock::now() + barrier_timeout);
     if (wec || granted.what != kind::push_key) co_return wec ? wec : cv::make_error_code(cv::errc::connection_refused);
     push_key = granted.key;
     const auto start = clock::now();
@@ -331,7 +405,8 @@ awaitable<cv::error_code> work(cv::connection& conn, control_channel& control, s
     r.fetch_adds += n - failed;
     if (failed) co_return cv::make_error_code(cv::wc_errc::wr_flush_err);
     const control_message done{kind::pushed, round};
-    auto [dec, closed] = co_await control.request(done);
+    r.step = "waiting for the end of round " + std::to_string(round);
+    auto [dec, closed] = co_await control.request(done, clock::now() + barrier_timeout);
     if (dec || closed.what != kind::round_done) co_return dec ? dec : cv::make_error_code(cv::errc::connection_refused);
     ++r.rounds;
     r.rounds_exact += closed.sums_exact;
@@ -349,18 +424,21 @@ awaitable<cv::error_code> work(cv::connection& conn, control_channel& control, s
   co_return cv::error_code{};
 }
 
-awaitable<void> run_worker(asio::any_io_executor ex, example::command_line where, worker_result& r) {
+awaitable<void> run_worker(asio::any_io_executor ex, example::command_line where, example::device_watch& watch,
+                           worker_result& r) {
   const cv::connect_options options;  // its own protection domain and completion queue
   auto [ec, conn] = co_await example::connect_patiently(ex, where, options);
   if (ec) {
     r.error = ec;
+    r.step = "connecting to " + where.address + ":" + std::to_string(where.port);
     co_return;
   }
+  watch.watch(conn.get_device());  // a port going down fails this connection at once, as errc::port_error
   control_channel control(conn, conn.pd());
   std::vector<std::uint64_t> words;
   cv::memory_region mr;
-  r.error = co_await work(conn, control, words, mr, r);
-  co_await conn.async_disconnect(tuple);
+  r.error = example::cause(co_await work(conn, control, words, mr, r), conn);
+  co_await example::disconnect_within(conn);
   co_await control.drain();
 }
 
@@ -400,8 +478,10 @@ void print_workers(const std::vector<worker_result>& results) {
                   r->id, key);
     else if (r->probed)
       std::printf("  stale key        : worker %u pushed through its %s key: %s, NOT rem_access_err\n", r->id, key,
-                  r->probe.message().c_str());
-    if (r->error) std::printf("  worker %u error   : %s\n", r->id, r->error.message().c_str());
+                  r->probe ? r->probe.message().c_str() : "it succeeded");  // an empty code says "Success"
+    if (r->error)
+      std::printf("  worker %u error   : %s: %s%s\n", r->id, r->step.c_str(), r->error.message().c_str(),
+                  r->error == std::errc::timed_out ? " (the server did not answer in time)" : "");
   }
 }
 
@@ -415,6 +495,8 @@ void print_server(const param_server& s) {
               s.round_times.summary().c_str());
   std::printf("  final sums       : %zu of %zu parameters off (after the refused pushes)\n", s.final_wrong,
               s.values.size());
+  std::printf("  peers refused    : %u (connections that never became workers: no hello, junk, or no slot left)\n",
+              s.peers_refused);
   std::printf("  window counters  : %llu binds, %llu failed, %llu invalidations\n",
               static_cast<unsigned long long>(w.binds), static_cast<unsigned long long>(w.binds_failed),
               static_cast<unsigned long long>(w.invalidations));
@@ -431,11 +513,12 @@ bool server_ok(const param_server& s) {
 int run(const example::command_line& cmd, unsigned workers, unsigned rounds, std::size_t params) {
   asio::io_context io;
   example::task_group tasks;
+  example::device_watch watch(io.get_executor(), "param_server");  // the devices' events: a port going down
   std::optional<cv::listener> listener = cmd.listen(io.get_executor());
   std::optional<param_server> server;
   example::command_line where = cmd;
   if (cmd.serving()) {
-    server.emplace(*listener, io, workers, rounds, params);
+    server.emplace(*listener, io, workers, rounds, params, watch);
     where.port = listener->local_port();
   }
   std::vector<worker_result> results(cmd.self_test() ? workers : cmd.connecting() ? 1 : 0);
@@ -452,8 +535,9 @@ int run(const example::command_line& cmd, unsigned workers, unsigned rounds, std
 
   if (cmd.serving()) tasks.spawn(io, accept_workers(*server, *listener, tasks), what);
   for (worker_result& r : results)
-    tasks.spawn(io, run_worker(io.get_executor(), where, r), what);
+    tasks.spawn(io, run_worker(io.get_executor(), where, watch, r), what);
   const example::run_result outcome = example::run_tasks(io, tasks, cmd);
+  watch.close();
 
   bool ok = tasks.failed == 0 && std::all_of(results.begin(), results.end(), worker_ok);
   if (cmd.serving()) {

@@ -1,5 +1,5 @@
 // The helpers every command line and --json output goes through (tools/command_line.hpp,
-// tools/json_output.hpp): sizes and counts checked by CLI11 validators, the last of a repeated option wins,
+// tools/json_output.hpp): sizes and counts checked by CLI11 validators, an option given twice refused,
 // and names with quotes or backslashes come out as valid, escaped JSON.
 #include "../../tools/command_line.hpp"
 #include "../../tools/json_output.hpp"
@@ -45,6 +45,46 @@ TEST_CASE("a size option takes K, M, G suffixes and refuses signs, overflow and 
   CHECK_THAT(parse(app, {"--size", "18446744073709551616"}), Catch::Contains("(got '18446744073709551616')"));
   CHECK_THAT(parse(app, {"--size", "2G"}), Catch::Contains("(got '2G')"));
   CHECK_THAT(parse(app, {"--sizes", "4K,x"}), Catch::StartsWith("--sizes: takes a size") && Catch::Contains("got 'x'"));
+}
+
+TEST_CASE("an option given twice is refused, naming it, whether a value, a flag or in a subcommand",
+          "[command_line]") {
+  CLI::App app{"", "prog"};
+  command_line::describe(app, "usage: prog\n");
+  std::uint64_t size = 0;
+  std::vector<std::uint64_t> sizes;
+  bool json = false;
+  std::string mode;
+  app.add_option("--size", size)->transform(command_line::size(1, std::uint64_t{1} << 30));
+  app.add_option("--sizes", sizes)->delimiter(',')->transform(command_line::size(1, std::uint64_t{1} << 30));
+  app.add_flag("--json", json);
+  CLI::App* sub = app.add_subcommand("run");
+  sub->add_option("--mode", mode);
+  auto repeated = [&](std::vector<std::string> args) -> std::string {
+    std::vector<char*> argv{const_cast<char*>("prog")};
+    for (auto& a : args)
+      argv.push_back(a.data());
+    const int argc = static_cast<int>(argv.size());
+    app.clear();
+    app.parse(argc, argv.data());
+    return command_line::repeated_option(app, argc, argv.data()).value_or("");
+  };
+  CHECK(repeated({"--size", "4K", "--size", "16M"}) == "--size is given 2 times: give it once (the programs do not "
+                                                         "pick one of its values for you)");
+  CHECK_THAT(repeated({"--size=4K", "--json", "--size", "8K", "--size=1M"}), Catch::StartsWith("--size is given 3 times"));
+  CHECK_THAT(repeated({"--json", "--json"}), Catch::StartsWith("--json is given 2 times"));
+  CHECK_THAT(repeated({"run", "--mode", "a", "--mode", "b"}), Catch::StartsWith("--mode is given 2 times"));
+  // Once each is fine, and so is a list option given once with several values.
+  CHECK(repeated({"--size", "4K", "--sizes", "4K,1M,3", "--json", "run", "--mode", "a"}).empty());
+  CHECK(sizes == std::vector<std::uint64_t>{4096, 1 << 20, 3});
+
+  // command_line::parse refuses it with the exit status of bad input, 2.
+  std::vector<std::string> args{"--json", "--size", "1K", "--json"};
+  std::vector<char*> argv{const_cast<char*>("prog")};
+  for (auto& a : args)
+    argv.push_back(a.data());
+  app.clear();
+  CHECK(command_line::parse(app, static_cast<int>(argv.size()), argv.data()) == 2);
 }
 
 TEST_CASE("a size option's message offers only suffixes and examples within its range", "[command_line]") {
