@@ -171,6 +171,16 @@ class Tracked(dict):
                 else f"the text {str.__repr__(v)}" if isinstance(v, str) else type(v).__name__)
         raise WrongKind(f"{self.path}{key}", kind)
 
+    def flag(self, key, default):
+        """A true/false field (`default` where the results lack it): bench_connections writes verified_* as
+        JSON booleans, which a figure's read refuses (Python's True is 1)."""
+        if key not in self:
+            return default
+        v = super().__getitem__(key)
+        if not isinstance(v, bool):
+            raise WrongKind(f"{self.path}{key}", "null" if v is None else f"{v!r}: true or false belongs here")
+        return v
+
     def present(self, key):
         """Whether the results have `key` (older results lack some figures); null where a figure belongs is
         refused, since tools/bench leaves a figure out rather than writing null for it."""

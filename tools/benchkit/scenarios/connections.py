@@ -34,7 +34,7 @@ def section(d):
         srq, no = d[f"msg_rate_srq_{n}"], d.get(f"msg_rate_no_srq_{n}")
         t.row(f"{d.get('size', 64)} B sends, {n:,} connection{'s' if n > 1 else ''}, one SRQ (messages/s)", num(srq),
               f"{num(no)} (receive queue per connection)" if no else "—", f"{num(srq / no, 2)}" if no else "—",
-              "every message verified", bool(d.get(f"verified_srq_{n}")) and d.get(f"verified_no_srq_{n}", True))
+              "every message verified", d.flag(f"verified_srq_{n}", False) and d.flag(f"verified_no_srq_{n}", True))
     for n in counts:
         srq, no = d[f"reg_bytes_per_conn_srq_measured_{n}"], d.get(f"reg_bytes_per_conn_no_srq_measured_{n}")
         t.row(f"receive memory registered per connection, {n:,} connection{'s' if n > 1 else ''} (bytes)", num(srq, 0),
