@@ -236,43 +236,59 @@ void cq_impl::spin_step(owner self) {
 bool cq_impl::pop(ibv_wc& wc) {
   if (batch_pos_ == batch_len_) {
     if (closed_) return false;
-    ++stats_.polls;
-    const int n = ibv_poll_cq(cq_, static_cast<int>(batch_.size()), batch_.data());
-    if (n <= 0) {
-      if (n < 0) std::fprintf(stderr, "coverbs: ibv_poll_cq failed (%d)\n", n);
-      batch_pos_ = batch_len_ = 0;
-      return false;
+    if (!taken_.empty()) [[unlikely]] {  // completions a cancellation took from the queue come first
+      refill_from_taken();
+    } else {
+      ++stats_.polls;
+      const int n = ibv_poll_cq(cq_, static_cast<int>(batch_.size()), batch_.data());
+      if (n <= 0) {
+        if (n < 0) std::fprintf(stderr, "coverbs: ibv_poll_cq failed (%d)\n", n);
+        batch_pos_ = batch_len_ = 0;
+        return false;
+      }
+      batch_pos_ = 0;
+      batch_len_ = n;
     }
-    batch_pos_ = 0;
-    batch_len_ = n;
   }
   wc = batch_[static_cast<std::size_t>(batch_pos_++)];
   return true;
 }
 
+void cq_impl::refill_from_taken() noexcept {
+  const std::size_t n = std::min(batch_.size(), taken_.size() - taken_pos_);
+  std::copy_n(taken_.begin() + static_cast<std::ptrdiff_t>(taken_pos_), n, batch_.begin());
+  taken_pos_ += n;
+  if (taken_pos_ == taken_.size()) {
+    taken_.clear();
+    taken_pos_ = 0;
+  }
+  batch_pos_ = 0;
+  batch_len_ = static_cast<int>(n);
+}
+
 bool cq_impl::holds_completion_of(const wr_node* node) noexcept {
   const auto id = reinterpret_cast<std::uintptr_t>(node);
-  auto polled = [&] {
-    std::uint32_t n = 0;
-    for (int i = batch_pos_; i < batch_len_; ++i)
-      n += batch_[static_cast<std::size_t>(i)].wr_id == id ? 1 : 0;
-    return n;
-  };
-  if (polled() >= node->pending) return true;
-  if (closed_) return false;
-  // Not (all) in the batch: take what has arrived since, keeping the completions not yet handled at the front.
-  if (batch_pos_ > 0) {
-    std::copy(batch_.begin() + batch_pos_, batch_.begin() + batch_len_, batch_.begin());
-    batch_len_ -= batch_pos_;
-    batch_pos_ = 0;
+  const auto of_node = [id](const ibv_wc& wc) { return wc.wr_id == id; };
+  // Taken already: in the unhandled part of the batch, or taken ahead of it by an earlier cancellation.
+  auto found = static_cast<std::size_t>(std::count_if(batch_.begin() + batch_pos_, batch_.begin() + batch_len_, of_node) +
+                                        std::count_if(taken_.begin() + static_cast<std::ptrdiff_t>(taken_pos_),
+                                                      taken_.end(), of_node));
+  // Else take what has arrived since, in order, until the node's completions are found or the queue is empty
+  // (bounded by its depth); the dispatch handles them after the batch, as usual.
+  while (found < node->pending && !closed_) {
+    try {
+      taken_.reserve(taken_.size() + batch_.size());  // before polling: a polled completion is never dropped
+    } catch (...) {
+      return false;  // out of memory: the caller treats the operation as in flight
+    }
+    std::array<ibv_wc, std::tuple_size_v<decltype(batch_)>> polled;
+    ++stats_.polls;
+    const int n = ibv_poll_cq(cq_, static_cast<int>(polled.size()), polled.data());
+    if (n <= 0) break;
+    found += static_cast<std::size_t>(std::count_if(polled.begin(), polled.begin() + n, of_node));
+    taken_.insert(taken_.end(), polled.begin(), polled.begin() + n);  // within the reserved capacity: cannot throw
   }
-  const int room = static_cast<int>(batch_.size()) - batch_len_;
-  if (room == 0) return false;
-  ++stats_.polls;
-  const int n = ibv_poll_cq(cq_, room, batch_.data() + batch_len_);
-  if (n <= 0) return false;
-  batch_len_ += n;
-  return polled() >= node->pending;
+  return found >= node->pending;
 }
 
 void cq_impl::handle(const ibv_wc& wc, completion_mode mode) {
