@@ -254,6 +254,10 @@ std::string coverbs_category_impl::message(int ev) const {
            "this queue pair (a type-2 window may be invalidated only through the queue pair it is bound to): "
            "the request is refused and counted (window_statistics().foreign_invalidations); treat the peer as "
            "hostile and end its connection";
+  case errc::monitor_lost_in_fork:
+    return "the process was forked from the one that made the registration cache; userfaultfd(2) does not "
+           "follow fork(2), so this cache cannot see memory being unmapped here and its handles report only "
+           "what was applied before the fork: make a new registration_cache in the child";
   case errc::executor_mismatch:
     return "the completion queue is serviced by another executor than the queue pair or connection using it: "
            "a queue pair's send and receive queues, and a connection's connection_options::cq, must be on the "

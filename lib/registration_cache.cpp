@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
+#include <pthread.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -47,9 +48,21 @@ std::uintptr_t page_size() noexcept {
   return size;
 }
 
+/// Bumped in every child fork(2) makes (registered by the first monitor): a monitor made in an earlier
+/// generation belongs to an ancestor process, whose userfaultfd and monitor thread the child does not have.
+std::atomic<std::uint64_t> fork_generation{0};
+
+void count_fork_in_child() noexcept { fork_generation.fetch_add(1, std::memory_order_relaxed); }
+
+std::uint64_t current_fork_generation() noexcept {
+  static const int registered = ::pthread_atfork(nullptr, nullptr, count_fork_in_child);
+  static_cast<void>(registered);
+  return fork_generation.load(std::memory_order_relaxed);
+}
+
 } // namespace
 
-unmap_monitor::unmap_monitor() {
+unmap_monitor::unmap_monitor() : generation_(current_fork_generation()) {
   const int fd = open_userfaultfd();
   if (fd < 0) {
     const int err = errno;
@@ -81,12 +94,25 @@ unmap_monitor::unmap_monitor() {
 
 unmap_monitor::~unmap_monitor() {
   if (!loop_) return;
+  if (status()) { // lost in a fork: the thread is not in this process and the Asio loop's io_uring is the parent's
+    static_cast<void>(new std::thread(std::move(thread_))); // kept: joining or detaching it here is undefined
+    static_cast<void>(loop_.release()); // kept: tearing it down would cancel the parent's operations
+    ::close(fd_);                       // this process's reference to the parent's userfaultfd
+    return;
+  }
   stop();
   loop_.reset(); // closes the fd: the kernel drops every watch and releases any thread still waiting
 }
 
+error_code unmap_monitor::status() const noexcept {
+  if (status_) return status_;
+  if (generation_ != fork_generation.load(std::memory_order_relaxed))
+    return make_error_code(errc::monitor_lost_in_fork);
+  return {};
+}
+
 void unmap_monitor::stop() noexcept {
-  if (!thread_.joinable()) return;
+  if (!thread_.joinable() || status()) return;
   // Unwatch first, so no munmap can wait for a reader that is going away.
   for (const auto& [begin, end] : watched_) {
     uffdio_range range{begin, end - begin};
@@ -98,7 +124,7 @@ void unmap_monitor::stop() noexcept {
 }
 
 bool unmap_monitor::watch(const void* p, std::size_t n) noexcept {
-  if (fd_ < 0 || n == 0) return false;
+  if (fd_ < 0 || n == 0 || status()) return false; // in a fork child the fd would watch the parent's memory
   // Exactly the pages of the range: a wider window could take in a neighbour such as a thread's malloc
   // arena, whose trimming would then wait for this monitor. Hugetlb mappings (which need huge-page
   // alignment) are therefore refused and stay unmonitored.
@@ -185,10 +211,11 @@ cache_state::~cache_state() {
 }
 
 void cache_state::apply_events() noexcept {
-  if (!monitor_ || monitor_->status()) return;
+  if (!monitor_ || monitor_->status()) return; // also in a fork child: no monitor thread to wait for
   while (monitor_->reading()) // as in apply_events_locked, without the lock while nothing is queued
     std::this_thread::yield();
-  if (!monitor_->pending()) return;
+  // Nothing queued may mean another thread drained the ring and is still invalidating: the lock waits for it.
+  if (!monitor_->pending() && !applying_.load(std::memory_order_seq_cst)) return;
   graveyard dead; // destroyed after the lock is released: deregistration never runs under it
   std::lock_guard lock(mutex_);
   apply_events_locked(dead);
@@ -208,6 +235,13 @@ void cache_state::apply_events_locked(graveyard& dead) {
   while (monitor_->reading()) // an munmap that returned has had its event read: wait until it is queued
     std::this_thread::yield();
   if (!monitor_->pending()) return;
+  struct applying_mark { // set before the drain, cleared once the drained ranges are invalidated (or on a throw)
+    std::atomic<bool>& flag;
+    explicit applying_mark(std::atomic<bool>& f) : flag(f) { flag.store(true, std::memory_order_seq_cst); }
+    ~applying_mark() { flag.store(false, std::memory_order_seq_cst); }
+    applying_mark(const applying_mark&) = delete;
+    applying_mark& operator=(const applying_mark&) = delete;
+  } mark(applying_);
   std::vector<std::pair<std::uintptr_t, std::uintptr_t>> ranges;
   bool overflow = false;
   monitor_->drain(ranges, overflow);

@@ -222,6 +222,12 @@ enum class errc : int {
   /// counts it; devices that do not check the rule (rxe) have already invalidated the window, which the
   /// runtime then records as revoked. Treat the peer as hostile.
   foreign_remote_invalidation,
+
+  // --- registration cache (registration_cache.hpp) ---
+  /// `registration_cache::monitor_status()` in a process forked from the one that made the cache:
+  /// userfaultfd(2) does not follow fork(2), so the cache cannot see memory being unmapped in the child and
+  /// its handles report only what was applied before the fork. Make a new registration_cache in the child.
+  monitor_lost_in_fork,
 };
 
 /// The category of `wc_errc` values; name "coverbs.wc".

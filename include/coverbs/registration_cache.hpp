@@ -113,7 +113,8 @@ public:
   /// Deregisters every unused entry.
   void clear() { state_->clear(); }
   cache_stats stats() const { return state_->stats(); }
-  /// Success when automatic invalidation works; else why not (e.g. `errc::userfaultfd_unavailable`).
+  /// Success when automatic invalidation works; else why not (e.g. `errc::userfaultfd_unavailable`, or
+  /// `errc::monitor_lost_in_fork` in a process forked after the cache was made: make a new cache there).
   error_code monitor_status() const noexcept { return state_->monitor_status(); }
 
 private:

@@ -11,10 +11,15 @@
 #include <catch2/catch.hpp>
 
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <iterator>
+#include <optional>
 #include <thread>
+#include <vector>
 
 namespace cv = coverbs;
 namespace asio = boost::asio;
@@ -324,4 +329,103 @@ TEST_CASE_METHOD(fixture, "a handle that outlives its cache keeps the invalidati
   CHECK(fake->live() == 1);
   held = {};
   CHECK(fake->live() == 0);
+}
+
+TEST_CASE_METHOD(fixture, "each of two unmapping threads sees its own handle invalid right after its call returns",
+                 "[cache][monitor][race]") {
+  // One thread's valid() may find the monitor's ring empty because the other thread's valid() drained it
+  // and is still marking the entries invalid: it must wait for that thread, not answer from the old flag.
+  cv::registration_cache cache(service);
+  if (cache.monitor_status()) {
+    WARN("skipped, no userfaultfd monitor on this host: " << cache.monitor_status().message());
+    return;
+  }
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  constexpr std::size_t per_thread = 500; // two threads: 1000 entries, within the default max_entries (1024)
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  int rounds = 0, calls = 0, failed_calls = 0;
+  std::atomic<int> stale{0};
+  while (rounds < 20 && std::chrono::steady_clock::now() < deadline) {
+    mapping pages{2 * per_thread * 2 * page}; // region i: pages 2i and 2i + 1, a registration of its own
+    std::vector<cv::shared_region> held(2 * per_thread);
+    for (std::size_t i = 0; i < held.size(); ++i)
+      held[i] = acquire(cache, pages.span(2 * i * page, 2 * page));
+    REQUIRE(cache.stats().entries == held.size());
+    std::atomic<int> failed{0};
+    std::vector<std::thread> unmappers;
+    for (std::size_t t = 0; t < 2; ++t)
+      unmappers.emplace_back([&, t] {
+        for (std::size_t i = t; i < held.size(); i += 2) { // the threads' regions interleave
+          if (::madvise(pages.p + 2 * i * page, page, MADV_DONTNEED) != 0) ++failed;
+          else if (held[i].valid()) ++stale; // the call returned on this thread: its event must be seen
+        }
+      });
+    for (auto& t : unmappers)
+      t.join();
+    ++rounds;
+    calls += static_cast<int>(held.size());
+    failed_calls += failed;
+  }
+  INFO(calls << " unmapping calls in " << rounds << " rounds");
+  CHECK(failed_calls == 0);
+  CHECK(stale == 0);
+  CHECK(cache.stats().invalidations == static_cast<std::uint64_t>(calls));
+}
+
+TEST_CASE_METHOD(fixture, "a process forked while the monitor reads events has a cache that answers at once and "
+                          "says its monitor is lost",
+                 "[cache][monitor][fork]") {
+  // fork() may copy the monitor thread's "reading" mark but not the thread: in the child nothing may wait on
+  // it. userfaultfd does not follow fork, so the child's cache reports monitor_lost_in_fork.
+  std::optional<cv::registration_cache> cache(std::in_place, service);
+  if (cache->monitor_status()) {
+    WARN("skipped, no userfaultfd monitor on this host: " << cache->monitor_status().message());
+    return;
+  }
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  constexpr std::size_t noisy = 4;
+  std::vector<std::unique_ptr<mapping>> regions;
+  std::vector<cv::shared_region> held;
+  for (std::size_t i = 0; i < 1 + noisy; ++i) {
+    regions.push_back(std::make_unique<mapping>(2 * page));
+    held.push_back(acquire(*cache, regions.back()->span()));
+  }
+  std::atomic<bool> stop{false};
+  std::thread noise([&] { // keeps the monitor thread reading events
+    while (!stop.load(std::memory_order_relaxed))
+      for (std::size_t i = 1; i <= noisy; ++i)
+        ::madvise(regions[i]->p, page, MADV_DONTNEED);
+  });
+  // In the child, plain system calls only (no Catch2): the exit status says what went wrong.
+  enum child_exit : int { ok = 0, wrong_status = 10, invalid = 11, missed = 12, fresh_cache_unmonitored = 13 };
+  const auto run_child = [&]() -> int {
+    ::alarm(5); // a child stuck in the cache is killed by SIGALRM
+    if (cache->monitor_status() != cv::errc::monitor_lost_in_fork) return wrong_status;
+    if (!held[0].valid()) return invalid; // untouched memory: as valid as before the fork
+    if (!cache->lookup(pd, regions[0]->span(), rw)) return missed;
+    static_cast<void>(cache->stats());
+    cv::registration_cache fresh(service); // a new cache in the child watches the child's memory
+    if (fresh.monitor_status()) return fresh_cache_unmonitored;
+    cache.reset(); // the inherited one goes without the monitor thread it no longer has
+    return ok;
+  };
+  constexpr int forks = 300;
+  int done = 0, bad_status = -1;
+  for (; done < forks && bad_status < 0; ++done) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) ::_exit(run_child());
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid); // bounded: the child's alarm
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != ok) bad_status = status;
+  }
+  stop.store(true, std::memory_order_relaxed);
+  noise.join();
+  INFO("fork " << done << " of " << forks << ": child wait status " << bad_status
+               << " (exit 10 wrong monitor_status, 11 valid() false, 12 lookup missed, 13 fresh cache "
+                  "unmonitored; SIGALRM (14) = stuck)");
+  CHECK(bad_status == -1);
+  CHECK(cache->monitor_status() == cv::error_code{}); // the parent's monitor is untouched
+  REQUIRE(cv::test::take_away(unmapping::dontneed_all, regions[0]->p, regions[0]->n, nullptr));
+  CHECK_FALSE(held[0].valid());
 }

@@ -49,8 +49,10 @@ public:
   unmap_monitor(const unmap_monitor&) = delete;
   unmap_monitor& operator=(const unmap_monitor&) = delete;
 
-  /// Success, or why there is no monitor (errc::userfaultfd_unavailable, or the errno of UFFDIO_API).
-  error_code status() const noexcept { return status_; }
+  /// Success, or why there is no monitor: errc::userfaultfd_unavailable, the errno of UFFDIO_API, or
+  /// errc::monitor_lost_in_fork in a process forked from the one that made it (userfaultfd does not follow
+  /// fork and the child has no monitor thread: nothing may then wait on `reading()` or touch the fd).
+  error_code status() const noexcept;
   /// Registers the pages covering [p, p + n) with the userfaultfd; false when refused (memory types
   /// userfaultfd cannot watch, such as regular file mappings).
   bool watch(const void* p, std::size_t n) noexcept;
@@ -73,6 +75,7 @@ private:
 
   int fd_ = -1;
   error_code status_;
+  std::uint64_t generation_; // the process's fork generation when the monitor was made (lib/registration_cache.cpp)
   std::mutex watched_mutex_; // never taken by the monitor thread
   std::set<std::pair<std::uintptr_t, std::uintptr_t>> watched_;
   static constexpr std::size_t ring_size = 1024;
@@ -137,6 +140,10 @@ private:
   std::uint64_t epoch_ = 0;
   std::deque<std::tuple<std::uint64_t, std::uintptr_t, std::uintptr_t>> recent_; // (epoch, begin, end)
   std::unique_ptr<unmap_monitor> monitor_;
+  /// True (under the lock) from before `apply_events_locked` drains the ring until its invalidations are
+  /// made: `apply_events` finding nothing queued takes the lock while it is set, since the events it must
+  /// see may be the ones being applied.
+  std::atomic<bool> applying_{false};
 };
 
 } // namespace detail
