@@ -321,6 +321,7 @@ queue_pair_impl::~queue_pair_impl() {
   if (!qp_) return;
   // First: from here on no device event touches this queue pair from another thread.
   unregister_qp(registration_);
+  unlink_windows_from(qp_->context, qp_->qp_num);  // its number may be reused: its windows are nobody's now
   if (sq_.outstanding || rq_.outstanding) {
     // Flush what is outstanding and wait for the device to retire it: a completion naming a freed
     // operation must never reach the queue.
@@ -510,6 +511,7 @@ error_code queue_pair_impl::reset(std::string* why) noexcept {
   error_ = {};
   std::random_device rd;
   psn_ = rd() & 0xffffff;  // a fresh PSN: late packets of the old connection are not taken for new ones
+  forget_windows_bound_through(qp_->context, qp_->qp_num);  // a new connection must not own the old's windows
   return {};
 }
 

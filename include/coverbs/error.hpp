@@ -216,9 +216,10 @@ enum class errc : int {
   mw_bind_needs_writable_memory,
 
   // --- remote invalidation (queue_pair.hpp, shared_receive_queue.hpp) ---
-  /// A peer's send-with-invalidate named the rkey of a memory window that was not bound through the queue
-  /// pair the message arrived on (IBA: a type-2 window may be invalidated only through the queue pair it
-  /// is bound to). The receive completes with this error and `window_statistics().foreign_invalidations`
+  /// A peer's send-with-invalidate named an rkey that is not the live key of a memory window bound through
+  /// the queue pair the message arrived on — another queue pair's, a type-1 window's, a window of another
+  /// context of the device, or no live window at all (IBA: a type-2 window may be invalidated only through
+  /// the queue pair it is bound to). The receive completes with this error and `window_statistics().foreign_invalidations`
   /// counts it; devices that do not check the rule (rxe) have already invalidated the window, which the
   /// runtime then records as revoked. Treat the peer as hostile.
   foreign_remote_invalidation,

@@ -158,6 +158,7 @@ public:
   /// discards what the device still holds: @throws system_error `boost::system::errc::device_or_resource_busy`
   /// (EBUSY) naming how many requests are outstanding (`sends_outstanding()`), nothing changed; or with the
   /// verb's errno.
+  /// Every type-2 window bound through the queue pair dies with the old connection (key dead, lease ended).
   void reset();
   /// As above; the error in `ec` instead of thrown.
   void reset(error_code& ec) noexcept;

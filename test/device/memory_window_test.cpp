@@ -252,6 +252,74 @@ TEST_CASE("through a shared receive queue, the queue pair a send-with-invalidate
   CHECK(now.remote_invalidations == before.remote_invalidations + 1);
 }
 
+TEST_CASE("a send-with-invalidate naming a window of another context of the device is refused as foreign",
+          "[mw][invalidate][foreign]") {
+  // Two device::open() of rxe0 in one process (two services on a host): the victim's window lives in context
+  // 2; a peer of a queue pair of context 1 names its key. rxe checks neither queue pair nor protection domain.
+  test::event_loop loop;
+  cv::device dev1 = cv::device::open(), dev2 = cv::device::open();
+  cv::protection_domain pd1(dev1), pd2(dev2);
+  cv::completion_queue cq1(loop.io, dev1), cq2(loop.io, dev2);
+  cv::queue_pair server(pd1, cq1), attacker(pd1, cq1), victim(pd2, cq2), victim_peer(pd2, cq2);
+  cv::connect_pair(server, attacker);
+  cv::connect_pair(victim, victim_peer);
+  test_buffer region(pd2, 1 << 16, region_rights), inbox(pd1, 4096), apeer(pd1, 4096);
+  cv::memory_window w(pd2, cv::window_type::type2);
+  const auto before = cv::window_statistics();
+  loop.run([&]() -> awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    const auto key = co_await cv::bind_mw(victim, w, region.mr, {}, cv::access::remote_write);
+    test::completion<cv::received> got;
+    server.async_recv(inbox.span(0, 64), got.handler());
+    co_await attacker.async_send_with_invalidate(apeer.span(0, 8), key.rkey, tuple);
+    while (!got.done())
+      co_await asio::post(ex, use_awaitable);
+    CHECK(*got.ec == cv::errc::foreign_remote_invalidation);
+    CHECK_FALSE(server.error());  // the refused request leaves the receiving queue pair healthy
+    while (w.bound())             // settled on the victim's executor (here the same loop)
+      co_await asio::post(ex, use_awaitable);
+    CHECK_FALSE(w.bound());  // rxe killed the victim's key, and the runtime says so
+  });
+  CHECK(cv::window_statistics().foreign_invalidations == before.foreign_invalidations + 1);
+}
+
+TEST_CASE("a reset queue pair's new peer cannot invalidate a window bound through its old connection",
+          "[mw][invalidate][foreign][reset]") {
+  // A window leased through a while it was connected to b; a is reset and connected to c (another tenant),
+  // which names the old window's key.
+  rc_pair p;
+  cv::queue_pair c(p.pd, p.cq);
+  test_buffer region(p.pd, 1 << 16, region_rights), inbox(p.pd, 4096), cbuf(p.pd, 4096);
+  cv::window_pool pool(p.pd, {.initial_windows = 1});
+  std::optional<cv::window_lease> lease;
+  test::completion<int> held;
+  cv::remote_key key{};
+  p.run([&]() -> awaitable<void> {
+    lease.emplace(co_await pool.async_lease(p.a, region.mr, {}, cv::access::remote_write));
+    key = lease->key();
+    lease->async_hold([&](cv::error_code ec) { held.handler()(ec, 0); });
+  });
+  p.a.reset();
+  REQUIRE(p.run_until([&] { return held.done(); }, std::chrono::seconds(5)));  // the reset ended the lease
+  CHECK_FALSE(lease->active());
+  CHECK(pool.free() == 1);
+  cv::connect_pair(p.a, c);
+  const auto before = cv::window_statistics();
+  p.run([&]() -> awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    test::completion<cv::received> got;
+    p.a.async_recv(inbox.span(0, 64), got.handler());
+    co_await c.async_send_with_invalidate(cbuf.span(0, 8), key.rkey, tuple);
+    while (!got.done())
+      co_await asio::post(ex, use_awaitable);
+    // The reset killed the old key, so the device itself refuses the invalidation (rxe: the receive fails
+    // with rem_inv_req_err); before, it was accepted as the legitimate peer's.
+    INFO("a's receive: " << got.ec->message());
+    CHECK(*got.ec);
+  });
+  CHECK(cv::window_statistics().remote_invalidations == before.remote_invalidations);
+}
+
 TEST_CASE("a read-only window refuses a remote write", "[mw][access]") {
   rc_pair p;
   test_buffer region(p.pd, 4096, region_rights), peer(p.pd, 4096);
