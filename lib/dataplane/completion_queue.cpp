@@ -1,9 +1,9 @@
 #include <coverbs/completion_queue.hpp>
 #include <coverbs/device.hpp>
 
-#include "cq_impl.hpp"
-#include "qp_impl.hpp"
-#include "srq_impl.hpp"
+#include "dataplane/cq_impl.hpp"
+#include "dataplane/qp_impl.hpp"
+#include "dataplane/srq_impl.hpp"
 
 #include <boost/asio/defer.hpp>
 #include <boost/asio/post.hpp>

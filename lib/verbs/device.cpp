@@ -2,7 +2,7 @@
 #include <coverbs/memory_region.hpp>
 #include <coverbs/protection_domain.hpp>
 
-#include "device_internal.hpp"
+#include "verbs/device_internal.hpp"
 
 #include <arpa/inet.h>
 #include <sys/stat.h>

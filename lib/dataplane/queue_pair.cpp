@@ -1,12 +1,12 @@
 #include <coverbs/protection_domain.hpp>
 #include <coverbs/queue_pair.hpp>
 
-#include "cq_impl.hpp"
-#include "device_internal.hpp"
-#include "qp_impl.hpp"
-#include "qp_registry.hpp"
-#include "srq_impl.hpp"
-#include "window_internal.hpp"
+#include "dataplane/cq_impl.hpp"
+#include "verbs/device_internal.hpp"
+#include "dataplane/qp_impl.hpp"
+#include "events/qp_registry.hpp"
+#include "dataplane/srq_impl.hpp"
+#include "windows/window_internal.hpp"
 
 #include <boost/asio/error.hpp>
 

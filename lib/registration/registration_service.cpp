@@ -1,6 +1,6 @@
 #include <coverbs/registration_service.hpp>
 
-#include "window_internal.hpp"
+#include "windows/window_internal.hpp"
 
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>

@@ -4,7 +4,7 @@
 
 #include <coverbs/shared_receive_queue.hpp>
 
-#include "qp_impl.hpp"
+#include "dataplane/qp_impl.hpp"
 
 #include <boost/asio/cancellation_type.hpp>
 

@@ -1,7 +1,7 @@
 #include <coverbs/protection_domain.hpp>
 #include <coverbs/window_pool.hpp>
 
-#include "window_internal.hpp"
+#include "windows/window_internal.hpp"
 
 #include <boost/asio/append.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>

@@ -1,7 +1,7 @@
 #include <coverbs/memory_region.hpp>
 #include <coverbs/protection_domain.hpp>
 
-#include "window_internal.hpp"
+#include "windows/window_internal.hpp"
 
 #include <coverbs/detail/registration_core.hpp>
 

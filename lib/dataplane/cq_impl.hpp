@@ -4,7 +4,7 @@
 #include <coverbs/completion_queue.hpp>
 #include <coverbs/detail/wr_node.hpp>
 
-#include "io_owner.hpp"
+#include "core/io_owner.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>

@@ -1,4 +1,4 @@
-#include "io_owner.hpp"
+#include "core/io_owner.hpp"
 
 namespace coverbs::detail {
 

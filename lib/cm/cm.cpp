@@ -1,8 +1,8 @@
 #include <coverbs/cm.hpp>
 
-#include "cq_impl.hpp"
-#include "io_owner.hpp"
-#include "qp_impl.hpp"
+#include "dataplane/cq_impl.hpp"
+#include "core/io_owner.hpp"
+#include "dataplane/qp_impl.hpp"
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_type.hpp>

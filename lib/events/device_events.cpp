@@ -1,8 +1,8 @@
 #include <coverbs/device.hpp>
 #include <coverbs/device_events.hpp>
 
-#include "io_owner.hpp"
-#include "qp_registry.hpp"
+#include "core/io_owner.hpp"
+#include "events/qp_registry.hpp"
 
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>

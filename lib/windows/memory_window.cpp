@@ -1,9 +1,9 @@
 #include <coverbs/memory_window.hpp>
 #include <coverbs/protection_domain.hpp>
 
-#include "qp_impl.hpp"
-#include "qp_registry.hpp"
-#include "window_internal.hpp"
+#include "dataplane/qp_impl.hpp"
+#include "events/qp_registry.hpp"
+#include "windows/window_internal.hpp"
 
 #include <boost/asio/dispatch.hpp>
 

@@ -1,10 +1,10 @@
 #include <coverbs/protection_domain.hpp>
 #include <coverbs/shared_receive_queue.hpp>
 
-#include "cq_impl.hpp"
-#include "qp_registry.hpp"
-#include "srq_impl.hpp"
-#include "window_internal.hpp"
+#include "dataplane/cq_impl.hpp"
+#include "events/qp_registry.hpp"
+#include "dataplane/srq_impl.hpp"
+#include "windows/window_internal.hpp"
 
 #include <boost/asio/error.hpp>
 
