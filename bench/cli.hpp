@@ -1,7 +1,7 @@
 #pragma once
-// The command line of the bench binaries, parsed by CLI11 (tools/command_line.hpp): numbers and sizes are
+// The command line of the bench binaries, parsed by CLI11 (coverbs_support/command_line.hpp): numbers and sizes are
 // checked, never clamped, and a bad one ends the program with a message naming the option (exit status 2).
-#include "../tools/command_line.hpp"
+#include <coverbs_support/command_line.hpp>
 
 #include <cstdint>
 #include <cstdio>

@@ -35,9 +35,9 @@
 #include <coverbs/coverbs.hpp>
 
 #include "cli.hpp"
-#include "../tools/json_output.hpp"
-#include "../tools/progress.hpp"
-#include "../tools/statistics.hpp"
+#include <coverbs_support/json_output.hpp>
+#include <coverbs_support/progress.hpp>
+#include <coverbs_support/statistics.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>

@@ -29,8 +29,8 @@
 // signals every Nth work request instead of each; coverbs signals each, as ib_write_bw -Q 1 does.
 #include <coverbs/coverbs.hpp>
 
-#include "../tools/json_output.hpp"
-#include "../tools/statistics.hpp"
+#include <coverbs_support/json_output.hpp>
+#include <coverbs_support/statistics.hpp>
 #include "cli.hpp"
 #include "stamp_clock.hpp"
 

@@ -1,7 +1,7 @@
 // bench_overhead: what coverbs itself adds to an operation, natively on this host — no RDMA device, no
 // emulator. coverbs' real data path (initiation, send-queue credits, work-request bookkeeping, completion
 // dispatch, handler invocation, coroutine resume) runs against the software verbs device of
-// test/support/soft_verbs.hpp, which completes every work request at once inside ibv_post_send; the floor
+// test/fixtures/soft_verbs.hpp, which completes every work request at once inside ibv_post_send; the floor
 // is a raw-verbs loop (ibv_post_send, then ibv_poll_cq until the completion) over the same device.
 //
 //   bench_overhead [--size BYTES] [--ops N] [--batches N] [--mode events|spin]
@@ -29,8 +29,8 @@
 // Targets: write use_awaitable <= raw + 150 ns, callback <= raw + 60 ns (target_* in the JSON).
 #include <coverbs/coverbs.hpp>
 
-#include "../test/support/soft_pair.hpp"
-#include "../tools/json_output.hpp"
+#include "fixtures/soft_pair.hpp"
+#include <coverbs_support/json_output.hpp>
 #include "cli.hpp"
 
 #include <boost/asio/as_tuple.hpp>

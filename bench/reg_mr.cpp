@@ -8,8 +8,8 @@
 #include <coverbs/coverbs.hpp>
 
 #include "cli.hpp"
-#include "../tools/json_output.hpp"
-#include "../tools/statistics.hpp"
+#include <coverbs_support/json_output.hpp>
+#include <coverbs_support/statistics.hpp>
 
 #include <chrono>
 #include <cstdio>

@@ -18,9 +18,9 @@
 #include <coverbs/registration_service.hpp>
 
 #include "cli.hpp"
-#include "../tools/json_output.hpp"
-#include "../tools/progress.hpp"
-#include "../tools/statistics.hpp"
+#include <coverbs_support/json_output.hpp>
+#include <coverbs_support/progress.hpp>
+#include <coverbs_support/statistics.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>

@@ -18,7 +18,7 @@
 #include <coverbs/coverbs.hpp>
 
 #include "cli.hpp"
-#include "../tools/json_output.hpp"
+#include <coverbs_support/json_output.hpp>
 
 #include <boost/asio/io_context.hpp>
 

@@ -35,9 +35,9 @@
 // rounds (5 by default) alternate the order of the coroutine, handler and re-registration phases.
 #include <coverbs/coverbs.hpp>
 
-#include "../tools/json_output.hpp"
-#include "../tools/progress.hpp"
-#include "../tools/statistics.hpp"
+#include <coverbs_support/json_output.hpp>
+#include <coverbs_support/progress.hpp>
+#include <coverbs_support/statistics.hpp>
 #include "cli.hpp"
 #include "stamp_clock.hpp"
 

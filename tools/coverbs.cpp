@@ -8,8 +8,8 @@
 //   coverbs --help
 #include <coverbs/coverbs.hpp>
 
-#include "command_line.hpp"
-#include "json_output.hpp"
+#include <coverbs_support/command_line.hpp>
+#include <coverbs_support/json_output.hpp>
 #include "registration_commands.hpp"
 
 #include <boost/asio/io_context.hpp>

@@ -1,7 +1,7 @@
 #include "registration_commands.hpp"
-#include "command_line.hpp"
-#include "json_output.hpp"
-#include "statistics.hpp"
+#include <coverbs_support/command_line.hpp>
+#include <coverbs_support/json_output.hpp>
+#include <coverbs_support/statistics.hpp>
 
 #include <coverbs/buffer_pool.hpp>
 #include <coverbs/coverbs.hpp>

@@ -4,7 +4,8 @@
 /// its lkey) and `remote_key` (a peer's memory: address, length and rkey, as exchanged out of band).
 
 #include <coverbs/error.hpp>
-#include <coverbs/memory_region.hpp>
+
+#include <infiniband/verbs.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -33,19 +34,6 @@ struct registered_span {
   }
 };
 
-/// The whole of `mr` as a registered span.
-inline registered_span span_of(const memory_region& mr) noexcept { return {mr.buffer(), mr.lkey()}; }
-
-/// `length` bytes of `mr` from `offset`.
-/// @throws system_error `errc::range_outside_region` when the range is not inside the region.
-inline registered_span span_of(const memory_region& mr, std::size_t offset, std::size_t length) {
-  if (offset > mr.size() || length > mr.size() - offset)
-    throw system_error(make_error_code(errc::range_outside_region),
-                       "span_of(offset=" + std::to_string(offset) + ", length=" + std::to_string(length) +
-                           ") of a region of " + std::to_string(mr.size()) + " bytes");
-  return {mr.buffer().subspan(offset, length), mr.lkey()};
-}
-
 /// A peer's memory as the wire names it: virtual address (or offset, for zero-based regions), length in
 /// bytes, and the rkey of the region or window that grants access. Trivially copyable, so it can be sent
 /// as bytes (fields in host byte order; convert when peers differ in endianness).
@@ -62,10 +50,5 @@ struct remote_key {
   }
   friend bool operator==(const remote_key&, const remote_key&) = default;
 };
-
-/// The remote key of the whole of `mr` (its rkey grants what `mr.rights()` says).
-inline remote_key remote_key_of(const memory_region& mr) noexcept {
-  return {reinterpret_cast<std::uint64_t>(mr.data()), mr.size(), mr.rkey()};
-}
 
 }  // namespace coverbs

@@ -31,6 +31,7 @@
 /// Distinct objects: safe. Shared objects: unsafe; use the queue and its queue pairs from its executor
 /// (one thread, or a strand).
 
+#include <coverbs/detail/fwd.hpp>
 #include <coverbs/error.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -47,10 +48,6 @@ struct ibv_cq;
 namespace coverbs {
 
 class device;
-namespace detail {
-class cq_impl;
-}
-
 /// How a completion queue is created and how it waits.
 struct completion_queue_options {
   /// Busy-poll while work is outstanding, never sleeping on the channel.
@@ -126,10 +123,8 @@ public:
   /// For callers that drive their own polling loop; the queue polls by itself otherwise.
   std::size_t poll();
 
-  /// Internal.
-  detail::cq_impl& impl() const noexcept { return *impl_; }
-
 private:
+  friend struct detail::impl_access;
   std::shared_ptr<detail::cq_impl> impl_;
 };
 

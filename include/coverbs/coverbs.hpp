@@ -7,6 +7,7 @@
 #include <coverbs/buffer_pool.hpp>
 #include <coverbs/completion_queue.hpp>
 #include <coverbs/device.hpp>
+#include <coverbs/device_event.hpp>
 #include <coverbs/device_events.hpp>
 #include <coverbs/error.hpp>
 #include <coverbs/loop_pool.hpp>
@@ -14,9 +15,14 @@
 #include <coverbs/memory_window.hpp>
 #include <coverbs/protection_domain.hpp>
 #include <coverbs/queue_pair.hpp>
+#include <coverbs/received.hpp>
+#include <coverbs/registered_buffer.hpp>
 #include <coverbs/registration_cache.hpp>
 #include <coverbs/registration_service.hpp>
 #include <coverbs/shared_receive_queue.hpp>
+#include <coverbs/window_counters.hpp>
+#include <coverbs/window_lease.hpp>
+#include <coverbs/window_operations.hpp>
 #include <coverbs/window_pool.hpp>
 #if defined(COVERBS_HAS_RDMACM)  // coverbs/config.hpp: built with librdmacm
 #include <coverbs/cm.hpp>

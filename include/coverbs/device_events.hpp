@@ -43,7 +43,9 @@
 /// @par Thread Safety
 /// Distinct objects: safe. Shared objects: unsafe; use it from its executor (one thread, or a strand).
 
+#include <coverbs/detail/device_event_channel.hpp>
 #include <coverbs/detail/handler_executor.hpp>
+#include <coverbs/device_event.hpp>
 #include <coverbs/error.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -65,68 +67,11 @@ namespace coverbs {
 
 class device;
 
-/// One asynchronous event of a device (a copy of `ibv_async_event`, taken before it was acknowledged).
-struct device_event {
-  ibv_event_type type = IBV_EVENT_DEVICE_FATAL;
-  /// Port events (port_event()): the port, 1 .. phys_port_cnt. 0 otherwise.
-  std::uint8_t port = 0;
-  /// Queue-pair events (qp_event()): the queue pair's number (`queue_pair::qp_num()`). 0 otherwise.
-  std::uint32_t qp_num = 0;
-  /// Which object, for comparison with `native_handle()` only: it may be destroyed by the time the event
-  /// is read. Null unless the event is about that kind of object.
-  ibv_qp* qp = nullptr;
-  ibv_cq* cq = nullptr;
-  ibv_srq* srq = nullptr;
-  /// coverbs queue pairs the runtime moved to the error state because of this event.
-  std::size_t queue_pairs_failed = 0;
-
-  /// The verbs name, e.g. "port error" (ibv_event_type_str(3)).
-  const char* name() const noexcept { return name_of(type); }
-  bool port_event() const noexcept;
-  bool qp_event() const noexcept;
-  bool cq_event() const noexcept { return type == IBV_EVENT_CQ_ERR; }
-  bool srq_event() const noexcept { return type == IBV_EVENT_SRQ_ERR || type == IBV_EVENT_SRQ_LIMIT_REACHED; }
-
-  /// ibv_event_type_str(3) of any value ("unknown" for values verbs does not know).
-  static const char* name_of(ibv_event_type type) noexcept;
-};
-
 /// How events are kept.
 struct device_events_options {
   /// Events kept while nobody waits (at least 1). When full, the oldest is dropped and counted.
   std::size_t queue_limit = 64;
 };
-
-namespace detail {
-class device_events_impl;
-
-/// The channel's traits: a cancelled or closed wait completes with `operation_aborted`, as Asio's own
-/// I/O objects do (instead of the channel's channel_cancelled / channel_closed).
-template <class... Signatures>
-struct event_channel_traits {
-  template <class... NewSignatures>
-  struct rebind {
-    using other = event_channel_traits<NewSignatures...>;
-  };
-  template <class Element>
-  struct container {
-    using type = std::deque<Element>;
-  };
-  using receive_cancelled_signature = void(error_code, device_event);
-  template <class F>
-  static void invoke_receive_cancelled(F f) {
-    static_cast<F&&>(f)(error_code(boost::asio::error::operation_aborted), device_event{});
-  }
-  using receive_closed_signature = void(error_code, device_event);
-  template <class F>
-  static void invoke_receive_closed(F f) {
-    static_cast<F&&>(f)(error_code(boost::asio::error::operation_aborted), device_event{});
-  }
-};
-
-using event_channel = boost::asio::experimental::basic_channel<boost::asio::any_io_executor, event_channel_traits<>,
-                                                               void(error_code, device_event)>;
-}  // namespace detail
 
 /// A device's asynchronous events, read on an executor. Move-only.
 class device_events {

@@ -33,8 +33,8 @@
 /// queue pairs and connections on it, are used from that member's executor only; the shared protection
 /// domain and the device may be used from every member (see docs/programming-model.md for the table).
 
-#include <coverbs/cm.hpp>
 #include <coverbs/completion_queue.hpp>
+#include <coverbs/detail/placement_options.hpp>
 #include <coverbs/device.hpp>
 #include <coverbs/protection_domain.hpp>
 
@@ -47,6 +47,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace coverbs {
@@ -98,13 +99,20 @@ public:
     /// Counts one placement on this member until the last copy of the returned pointer is destroyed.
     std::shared_ptr<void> lease();
     /// `base` with this member's protection domain, completion queue and a lease: the options for
-    /// `listener::async_accept(get_executor(), ...)` or `async_connect(get_executor(), ...)`.
-    template <class Options = coverbs::connection_options>
-    Options connection_options(Options base = {}) {
-      base.pd = &pd();
-      base.cq = &cq();
-      base.lease = lease();
-      return base;
+    /// `listener::async_accept(get_executor(), ...)` or `async_connect(get_executor(), ...)`. `Options` is any
+    /// type with members `pd`, `cq` and `lease`; named none, `coverbs::connection_options` (defined by
+    /// coverbs/connection_options.hpp, which the caller includes, e.g. through coverbs/cm.hpp: the pool itself
+    /// does not depend on rdma_cm).
+    template <class Options = detail::default_placement>
+    auto connection_options(Options base = {}) {
+      if constexpr (std::is_same_v<Options, detail::default_placement>) {
+        return connection_options(typename detail::placement_options<Options>::type());
+      } else {
+        base.pd = &pd();
+        base.cq = &cq();
+        base.lease = lease();
+        return base;
+      }
     }
 
   private:

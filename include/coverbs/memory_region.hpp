@@ -5,6 +5,7 @@
 /// that keeps the event loop free is `coverbs::reg_mr` (registration_service.hpp).
 
 #include <coverbs/access.hpp>
+#include <coverbs/buffer.hpp>
 #include <coverbs/error.hpp>
 
 #include <infiniband/verbs.h>
@@ -12,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 
 namespace coverbs {
 
@@ -82,5 +84,23 @@ private:
   ibv_mr* mr_ = nullptr;
   access rights_ = access::none;
 };
+
+/// The whole of `mr` as a registered span.
+inline registered_span span_of(const memory_region& mr) noexcept { return {mr.buffer(), mr.lkey()}; }
+
+/// `length` bytes of `mr` from `offset`.
+/// @throws system_error `errc::range_outside_region` when the range is not inside the region.
+inline registered_span span_of(const memory_region& mr, std::size_t offset, std::size_t length) {
+  if (offset > mr.size() || length > mr.size() - offset)
+    throw system_error(make_error_code(errc::range_outside_region),
+                       "span_of(offset=" + std::to_string(offset) + ", length=" + std::to_string(length) +
+                           ") of a region of " + std::to_string(mr.size()) + " bytes");
+  return {mr.buffer().subspan(offset, length), mr.lkey()};
+}
+
+/// The remote key of the whole of `mr` (its rkey grants what `mr.rights()` says).
+inline remote_key remote_key_of(const memory_region& mr) noexcept {
+  return {reinterpret_cast<std::uint64_t>(mr.data()), mr.size(), mr.rkey()};
+}
 
 }  // namespace coverbs

@@ -32,12 +32,20 @@
 /// @par Thread Safety
 /// Distinct objects: safe. Shared objects: unsafe; use a queue pair from its completion queue's executor.
 
+#include <coverbs/access.hpp>
 #include <coverbs/buffer.hpp>
 #include <coverbs/completion_queue.hpp>
+#include <coverbs/detail/fwd.hpp>
 #include <coverbs/detail/handler_executor.hpp>
-#include <coverbs/detail/wr_node.hpp>
+#include <coverbs/detail/ops/atomic_op.hpp>
+#include <coverbs/detail/ops/rdma_op.hpp>
+#include <coverbs/detail/ops/recv_op.hpp>
+#include <coverbs/detail/ops/send_op.hpp>
+#include <coverbs/detail/qp_start.hpp>
+#include <coverbs/detail/wr_op.hpp>
 #include <coverbs/device.hpp>
 #include <coverbs/error.hpp>
+#include <coverbs/received.hpp>
 
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -88,20 +96,6 @@ struct queue_pair_options {
   /// (`errc::pd_mismatch`); the SRQ outlives the queue pair.
   shared_receive_queue* srq = nullptr;
 };
-
-namespace detail {
-class queue_pair_impl;
-void qp_start(queue_pair_impl* qp, wr_node* node, error_code ec);
-/// The queue pair's executor (its send completion queue's), by reference: it outlives the queue pair.
-const boost::asio::any_io_executor& qp_executor(const queue_pair_impl* qp) noexcept;
-error_code prepare_send(queue_pair_impl* qp, wr_node& n, const registered_span& buf, ibv_wr_opcode op,
-                        std::uint32_t imm_or_rkey);
-error_code prepare_recv(queue_pair_impl* qp, wr_node& n, const registered_span& buf);
-error_code prepare_rdma(queue_pair_impl* qp, wr_node& n, const registered_span& local, const remote_key& remote,
-                        ibv_wr_opcode op, std::uint32_t imm);
-error_code prepare_atomic(queue_pair_impl* qp, wr_node& n, const registered_span& result, const remote_key& remote,
-                          ibv_wr_opcode op, std::uint64_t compare_add, std::uint64_t swap);
-}  // namespace detail
 
 /// A reliable-connected queue pair on a completion queue. Move-only.
 ///
@@ -185,20 +179,14 @@ public:
   /// @see ibv_post_send(3)
   template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
   auto async_send(registered_span buf, Token&& token = default_token{}) {
-    return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
-        std::forward<Token>(token), [buf](detail::queue_pair_impl* q, detail::wr_node& n) {
-          return detail::prepare_send(q, n, buf, IBV_WR_SEND, 0);
-        });
+    return initiate(std::forward<Token>(token), detail::send_op{buf, IBV_WR_SEND, 0});
   }
 
   /// Sends `buf` with 32 bits of immediate data (IBV_WR_SEND_WITH_IMM); `imm` in host byte order.
   /// @par Completion Signature `void(error_code, std::size_t bytes)`
   template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
   auto async_send_with_imm(registered_span buf, std::uint32_t imm, Token&& token = default_token{}) {
-    return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
-        std::forward<Token>(token), [buf, imm](detail::queue_pair_impl* q, detail::wr_node& n) {
-          return detail::prepare_send(q, n, buf, IBV_WR_SEND_WITH_IMM, imm);
-        });
+    return initiate(std::forward<Token>(token), detail::send_op{buf, IBV_WR_SEND_WITH_IMM, imm});
   }
 
   /// Sends `buf` and invalidates `rkey` at the peer (IBV_WR_SEND_WITH_INV); the peer's receive reports it
@@ -206,10 +194,7 @@ public:
   /// @par Completion Signature `void(error_code, std::size_t bytes)`
   template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
   auto async_send_with_invalidate(registered_span buf, std::uint32_t rkey, Token&& token = default_token{}) {
-    return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
-        std::forward<Token>(token), [buf, rkey](detail::queue_pair_impl* q, detail::wr_node& n) {
-          return detail::prepare_send(q, n, buf, IBV_WR_SEND_WITH_INV, rkey);
-        });
+    return initiate(std::forward<Token>(token), detail::send_op{buf, IBV_WR_SEND_WITH_INV, rkey});
   }
 
   /// Posts a receive into `buf` (ibv_post_recv(3)).
@@ -220,9 +205,7 @@ public:
   /// through this queue pair: a hostile peer; the queue pair stays healthy, `window_statistics()` counts it).
   template <boost::asio::completion_token_for<void(error_code, received)> Token = default_token>
   auto async_recv(registered_span buf, Token&& token = default_token{}) {
-    return initiate<detail::result_kind::receive, void(error_code, received)>(
-        std::forward<Token>(token),
-        [buf](detail::queue_pair_impl* q, detail::wr_node& n) { return detail::prepare_recv(q, n, buf); });
+    return initiate(std::forward<Token>(token), detail::recv_op{buf});
   }
 
   // --- one-sided ---
@@ -233,20 +216,14 @@ public:
   /// `wc_errc::rem_access_err` (bad or revoked rkey, range outside it, no remote_write right).
   template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
   auto async_write(registered_span local, remote_key remote, Token&& token = default_token{}) {
-    return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
-        std::forward<Token>(token), [local, remote](detail::queue_pair_impl* q, detail::wr_node& n) {
-          return detail::prepare_rdma(q, n, local, remote, IBV_WR_RDMA_WRITE, 0);
-        });
+    return initiate(std::forward<Token>(token), detail::rdma_op{local, remote, IBV_WR_RDMA_WRITE, 0});
   }
 
   /// As `async_write`, and consumes a receive at the peer that reports `imm` (host byte order).
   template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
   auto async_write_with_imm(registered_span local, remote_key remote, std::uint32_t imm,
                             Token&& token = default_token{}) {
-    return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
-        std::forward<Token>(token), [local, remote, imm](detail::queue_pair_impl* q, detail::wr_node& n) {
-          return detail::prepare_rdma(q, n, local, remote, IBV_WR_RDMA_WRITE_WITH_IMM, imm);
-        });
+    return initiate(std::forward<Token>(token), detail::rdma_op{local, remote, IBV_WR_RDMA_WRITE_WITH_IMM, imm});
   }
 
   /// Reads `local.size()` bytes from the start of `remote` into `local` (IBV_WR_RDMA_READ); `local` needs
@@ -254,10 +231,7 @@ public:
   /// @par Completion Signature `void(error_code, std::size_t bytes)`
   template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
   auto async_read(registered_span local, remote_key remote, Token&& token = default_token{}) {
-    return initiate<detail::result_kind::length, void(error_code, std::size_t)>(
-        std::forward<Token>(token), [local, remote](detail::queue_pair_impl* q, detail::wr_node& n) {
-          return detail::prepare_rdma(q, n, local, remote, IBV_WR_RDMA_READ, 0);
-        });
+    return initiate(std::forward<Token>(token), detail::rdma_op{local, remote, IBV_WR_RDMA_READ, 0});
   }
 
   /// Atomically adds `add` to the 8-byte word at `remote.addr` (IBV_WR_ATOMIC_FETCH_AND_ADD). The old value
@@ -267,10 +241,7 @@ public:
   /// `errc::buffer_too_small`, `errc::atomics_unsupported` — all before posting.
   template <boost::asio::completion_token_for<void(error_code, std::uint64_t)> Token = default_token>
   auto async_fetch_add(registered_span result, remote_key remote, std::uint64_t add, Token&& token = default_token{}) {
-    return initiate<detail::result_kind::atomic, void(error_code, std::uint64_t)>(
-        std::forward<Token>(token), [result, remote, add](detail::queue_pair_impl* q, detail::wr_node& n) {
-          return detail::prepare_atomic(q, n, result, remote, IBV_WR_ATOMIC_FETCH_AND_ADD, add, 0);
-        });
+    return initiate(std::forward<Token>(token), detail::atomic_op{result, remote, IBV_WR_ATOMIC_FETCH_AND_ADD, add, 0});
   }
 
   /// Atomically replaces the 8-byte word at `remote.addr` with `swap` if it equals `compare`
@@ -280,45 +251,35 @@ public:
   template <boost::asio::completion_token_for<void(error_code, std::uint64_t)> Token = default_token>
   auto async_compare_swap(registered_span result, remote_key remote, std::uint64_t compare, std::uint64_t swap,
                           Token&& token = default_token{}) {
-    return initiate<detail::result_kind::atomic, void(error_code, std::uint64_t)>(
-        std::forward<Token>(token), [result, remote, compare, swap](detail::queue_pair_impl* q, detail::wr_node& n) {
-          return detail::prepare_atomic(q, n, result, remote, IBV_WR_ATOMIC_CMP_AND_SWP, compare, swap);
-        });
-  }
-
-  /// Internal.
-  detail::queue_pair_impl* impl() const noexcept { return impl_.get(); }
-
-  /// Extension point for operations built elsewhere in coverbs (memory windows): initiates an operation
-  /// whose work request(s) `prepare(detail::queue_pair_impl*, detail::wr_node&) -> error_code` fills in,
-  /// with credits, posting, flushing and cancellation as for every operation here.
-  template <detail::result_kind Kind, class Signature, class Token, class Prepare>
-  auto async_post(Token&& token, Prepare&& prepare) {
-    return initiate<Kind, Signature>(std::forward<Token>(token), std::forward<Prepare>(prepare));
+    return initiate(std::forward<Token>(token), detail::atomic_op{result, remote, IBV_WR_ATOMIC_CMP_AND_SWP, compare, swap});
   }
 
 private:
+  friend struct detail::impl_access;
+
   // RESET -> INIT -> RTR -> RTS; on failure sets `ec` and returns the transition that failed.
   const char* connect_steps(const queue_pair_address& remote, error_code& ec) noexcept;
 
-  template <detail::result_kind Kind>
   struct initiation {
     queue_pair* self;
     executor_type get_executor() const noexcept { return self->get_executor(); }
-    template <class Handler, class Prepare>
-    void operator()(Handler&& handler, Prepare prepare) const {
-      using op = detail::wr_op<Kind, std::decay_t<Handler>, executor_type>;
-      op* node = op::create(std::forward<Handler>(handler), detail::qp_executor(self->impl_.get()));
+    template <class Handler, class Op>
+    void operator()(Handler&& handler, const Op& op) const {
+      using node_type = detail::wr_op<Op, std::decay_t<Handler>, executor_type>;
+      node_type* node = node_type::create(std::forward<Handler>(handler), detail::qp_executor(self->impl_.get()));
       node->qp = self->impl_.get();
-      const error_code ec = prepare(node->qp, *node);
+      const error_code ec = op.prepare(node->qp, *node);
       if (!ec) node->install_cancellation();
       detail::qp_start(node->qp, node, ec);
     }
   };
 
-  template <detail::result_kind Kind, class Signature, class Token, class Prepare>
-  auto initiate(Token&& token, Prepare&& prepare) {
-    return boost::asio::async_initiate<Token, Signature>(initiation<Kind>{this}, token, std::forward<Prepare>(prepare));
+  /// Initiates the operation kind `Op` (detail/ops/: how its work request is filled, what its handler
+  /// receives) with credits, posting, flushing and cancellation as for every queue-pair operation. The one
+  /// place an operation starts; window operations reach it through `detail::impl_access`.
+  template <class Token, class Op>
+  auto initiate(Token&& token, Op op) {
+    return boost::asio::async_initiate<Token, typename Op::completion::signature>(initiation{this}, token, std::move(op));
   }
 
   std::unique_ptr<detail::queue_pair_impl> impl_;

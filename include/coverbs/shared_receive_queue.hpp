@@ -51,9 +51,14 @@
 
 #include <coverbs/buffer.hpp>
 #include <coverbs/completion_queue.hpp>
+#include <coverbs/detail/fwd.hpp>
 #include <coverbs/detail/handler_executor.hpp>
-#include <coverbs/detail/wr_node.hpp>
+#include <coverbs/detail/ops/results.hpp>
+#include <coverbs/detail/ops/srq_recv_op.hpp>
+#include <coverbs/detail/srq_start.hpp>
+#include <coverbs/detail/wr_op.hpp>
 #include <coverbs/error.hpp>
+#include <coverbs/received.hpp>
 
 #include <boost/asio/append.hpp>
 #include <boost/asio/async_result.hpp>
@@ -78,31 +83,6 @@ struct srq_options {
   /// Initial low watermark (ibv_srq_attr::srq_limit, see `set_limit`); 0: not armed.
   std::uint32_t limit = 0;
 };
-
-/// What a receive on a shared receive queue reports: what a queue pair's receive reports, and which queue
-/// pair the message arrived on (ibv_wc::qp_num).
-struct srq_received : received {
-  std::uint32_t qp_num = 0;  ///< the local queue pair (`queue_pair::qp_num()`) the message was sent to
-};
-
-namespace detail {
-class shared_receive_queue_impl;
-error_code prepare_srq_recv(shared_receive_queue_impl* srq, wr_node& n, const registered_span& buf);
-void srq_start(shared_receive_queue_impl* srq, wr_node* node, error_code ec);
-/// The shared receive queue's executor (its completion queue's), by reference: it outlives the SRQ.
-const boost::asio::any_io_executor& srq_executor(const shared_receive_queue_impl* srq) noexcept;
-void srq_start_wait_limit(shared_receive_queue_impl* srq, wr_node* node);
-srq_received result_srq_received(const ibv_wc* wc) noexcept;
-
-template <>
-struct result_for<result_kind::srq_receive> {
-  static auto args(error_code ec, const wr_node&, const ibv_wc* wc) {
-    // A foreign remote invalidation still reports the message: its qp_num names the peer to drop.
-    const bool reported = !ec || ec == errc::foreign_remote_invalidation;
-    return std::tuple(ec, reported ? result_srq_received(wc) : srq_received{});
-  }
-};
-}  // namespace detail
 
 /// A shared receive queue on a completion queue. Move-only.
 class shared_receive_queue {
@@ -163,30 +143,33 @@ public:
     return boost::asio::async_initiate<Token, void(error_code)>(limit_initiation{this}, token);
   }
 
-  /// Internal.
-  detail::shared_receive_queue_impl* impl() const noexcept { return impl_.get(); }
-
 private:
+  friend struct detail::impl_access;
+
   struct recv_initiation {
     shared_receive_queue* self;
     executor_type get_executor() const noexcept { return self->get_executor(); }
     template <class Handler>
     void operator()(Handler&& handler, registered_span buf) const {
-      using op = detail::wr_op<detail::result_kind::srq_receive, std::decay_t<Handler>, executor_type>;
-      op* node = op::create(std::forward<Handler>(handler), detail::srq_executor(self->impl_.get()));
+      using node_type = detail::wr_op<detail::srq_recv_op, std::decay_t<Handler>, executor_type>;
+      node_type* node = node_type::create(std::forward<Handler>(handler), detail::srq_executor(self->impl_.get()));
       node->srq = self->impl_.get();
-      const error_code ec = detail::prepare_srq_recv(node->srq, *node, buf);
+      const error_code ec = detail::srq_recv_op{buf}.prepare(node->srq, *node);
       if (!ec) node->install_cancellation();
       detail::srq_start(node->srq, node, ec);
     }
+  };
+  /// `async_wait_limit`'s operation: no work request, completed by the device event.
+  struct wait_limit_op {
+    using completion = detail::status_result;
   };
   struct limit_initiation {
     shared_receive_queue* self;
     executor_type get_executor() const noexcept { return self->get_executor(); }
     template <class Handler>
     void operator()(Handler&& handler) const {
-      using op = detail::wr_op<detail::result_kind::none, std::decay_t<Handler>, executor_type>;
-      op* node = op::create(std::forward<Handler>(handler), detail::srq_executor(self->impl_.get()));
+      using node_type = detail::wr_op<wait_limit_op, std::decay_t<Handler>, executor_type>;
+      node_type* node = node_type::create(std::forward<Handler>(handler), detail::srq_executor(self->impl_.get()));
       node->srq = self->impl_.get();
       node->install_cancellation();
       detail::srq_start_wait_limit(node->srq, node);

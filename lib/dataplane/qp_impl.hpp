@@ -79,7 +79,7 @@ private:
 };
 
 void qp_on_completion(queue_pair_impl* qp, wr_node* node, const ibv_wc& wc, completion_mode mode);
-/// Fills the receive work request of `n` (wr_id = n) over `buf`; `errc::message_too_long` above 2^31 bytes.
-error_code fill_recv(wr_node& n, const registered_span& buf);
+/// Whether the receive completion `wc` consumed a send-with-invalidate (dataplane/ops/recv_op.cpp).
+bool received_invalidation(const ibv_wc& wc) noexcept;
 
 }  // namespace coverbs::detail

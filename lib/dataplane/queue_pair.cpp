@@ -6,7 +6,8 @@
 #include "dataplane/qp_impl.hpp"
 #include "events/qp_registry.hpp"
 #include "dataplane/srq_impl.hpp"
-#include "windows/window_internal.hpp"
+#include "dataplane/ops/work_request.hpp"
+#include "windows/remote_invalidation.hpp"
 
 #include <boost/asio/error.hpp>
 
@@ -56,36 +57,6 @@ bool node_fifo::remove(wr_node* n) noexcept {
   return false;
 }
 
-// --- results ---
-
-std::size_t result_length(const wr_node& n) noexcept { return n.sge.length; }
-
-namespace {
-/// Whether a receive consumed a send-with-invalidate. rxe (Linux 6.1) writes the kernel's IB_WC_WITH_INVALIDATE
-/// (bit 2) into its user-mapped completion queue, where libibverbs' IBV_WC_WITH_INV is bit 3 and bit 2 means
-/// IBV_WC_IP_CSUM_OK — which no provider reports for an RC receive. Read both as invalidation.
-bool received_invalidation(const ibv_wc& wc) noexcept {
-  if (wc.wc_flags & IBV_WC_WITH_INV) return true;
-  return wc.opcode == IBV_WC_RECV && (wc.wc_flags & IBV_WC_IP_CSUM_OK) && !(wc.wc_flags & IBV_WC_WITH_IMM);
-}
-}  // namespace
-
-received result_received(const ibv_wc* wc) noexcept {
-  received r;
-  if (!wc) return r;
-  r.bytes = wc->byte_len;
-  if (wc->wc_flags & IBV_WC_WITH_IMM) r.imm = ntohl(wc->imm_data);
-  if (received_invalidation(*wc)) r.invalidated_rkey = wc->invalidated_rkey;
-  r.rdma_with_imm = wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM;
-  return r;
-}
-
-std::uint64_t result_atomic(const wr_node& n) noexcept {
-  std::uint64_t v = 0;
-  if (n.atomic_result) std::memcpy(&v, n.atomic_result, sizeof v);
-  return v;
-}
-
 void cancel_node(wr_node* node, boost::asio::cancellation_type type) noexcept {
   if (node->srq) return srq_cancel(node->srq, node, type);
   node->qp->cancel(node, type);
@@ -102,8 +73,6 @@ const boost::asio::any_io_executor& qp_executor(const queue_pair_impl* qp) noexc
 // --- preparing work requests (validation happens here, before anything is posted) ---
 
 namespace {
-
-constexpr std::size_t max_message = std::size_t{1} << 31;  // IBA: the longest message of any port
 
 /// Refuses a size above the device's limit, naming the option, the value and the limit.
 void check_limit(const char* option, std::uint64_t value, std::uint64_t limit, const char* attribute,
@@ -144,74 +113,7 @@ void explain_inline_refusal(ibv_pd* pd, ibv_qp_init_attr init) {
                          " (larger sends and writes go from registered memory, not inline)");
 }
 
-/// The signaled send-queue work request of a node over one buffer (inline when small and allowed).
-ibv_send_wr& fill_send(queue_pair_impl* qp, wr_node& n, const registered_span& buf, ibv_wr_opcode op) {
-  n.sge = buf.to_sge();
-  ibv_send_wr& wr = n.wr.send;
-  wr.wr_id = reinterpret_cast<std::uintptr_t>(&n);
-  wr.sg_list = &n.sge;
-  wr.num_sge = buf.size() ? 1 : 0;
-  wr.opcode = op;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  const bool carries_data = op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV ||
-                           op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
-  if (carries_data && buf.size() && buf.size() <= qp->max_inline_) wr.send_flags |= IBV_SEND_INLINE;
-  return wr;
-}
-
 }  // namespace
-
-error_code prepare_send(queue_pair_impl* qp, wr_node& n, const registered_span& buf, ibv_wr_opcode op,
-                        std::uint32_t imm_or_rkey) {
-  if (buf.size() > qp->max_message_) return errc::message_too_long;
-  ibv_send_wr& wr = fill_send(qp, n, buf, op);
-  if (op == IBV_WR_SEND_WITH_IMM) wr.imm_data = htonl(imm_or_rkey);
-  if (op == IBV_WR_SEND_WITH_INV) wr.invalidate_rkey = imm_or_rkey;
-  return {};
-}
-
-error_code prepare_recv(queue_pair_impl* qp, wr_node& n, const registered_span& buf) {
-  if (qp->srq_) return errc::receive_queue_is_shared;
-  return fill_recv(n, buf);
-}
-
-error_code fill_recv(wr_node& n, const registered_span& buf) {
-  if (buf.size() > max_message) return errc::message_too_long;
-  n.is_recv = true;
-  n.sge = buf.to_sge();
-  ibv_recv_wr& wr = n.wr.recv;
-  wr = ibv_recv_wr{};
-  wr.wr_id = reinterpret_cast<std::uintptr_t>(&n);
-  wr.sg_list = &n.sge;
-  wr.num_sge = buf.size() ? 1 : 0;
-  return {};
-}
-
-error_code prepare_rdma(queue_pair_impl* qp, wr_node& n, const registered_span& local, const remote_key& remote,
-                        ibv_wr_opcode op, std::uint32_t imm) {
-  if (local.size() > qp->max_message_) return errc::message_too_long;
-  if (remote.length < local.size()) return errc::remote_range_too_small;
-  ibv_send_wr& wr = fill_send(qp, n, local, op);
-  if (op == IBV_WR_RDMA_WRITE_WITH_IMM) wr.imm_data = htonl(imm);
-  wr.wr.rdma.remote_addr = remote.addr;
-  wr.wr.rdma.rkey = remote.rkey;
-  return {};
-}
-
-error_code prepare_atomic(queue_pair_impl* qp, wr_node& n, const registered_span& result, const remote_key& remote,
-                          ibv_wr_opcode op, std::uint64_t compare_add, std::uint64_t swap) {
-  if (!qp->atomics_) return errc::atomics_unsupported;
-  if (result.size() < 8) return errc::buffer_too_small;
-  if (remote.addr % 8 != 0) return errc::misaligned_atomic;
-  if (remote.length < 8) return errc::remote_range_too_small;
-  n.atomic_result = reinterpret_cast<std::uint64_t*>(result.data());
-  ibv_send_wr& wr = fill_send(qp, n, result.subspan(0, 8), op);
-  wr.wr.atomic.remote_addr = remote.addr;
-  wr.wr.atomic.rkey = remote.rkey;
-  wr.wr.atomic.compare_add = compare_add;
-  wr.wr.atomic.swap = swap;
-  return {};
-}
 
 // --- queue_pair_impl ---
 
@@ -220,7 +122,7 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
   if (send_cq.executor_ != recv_cq.executor_)
     throw system_error(make_error_code(errc::executor_mismatch),
                        "queue_pair: the send and receive completion queues must share an executor");
-  if (options.srq) attach_srq(pd, options.srq->impl());
+  if (options.srq) attach_srq(pd, detail::impl_of(*options.srq));
   const bool same = &send_cq == &recv_cq;
   const std::size_t need_send = options_.max_send_wr, need_recv = options_.max_recv_wr;
   if (same ? !send_cq.reserve(need_send + need_recv) : !send_cq.reserve(need_send))
@@ -525,7 +427,7 @@ queue_pair::queue_pair(protection_domain& pd, completion_queue& cq, const queue_
 queue_pair::queue_pair(protection_domain& pd, completion_queue& send_cq, completion_queue& recv_cq,
                        const queue_pair_options& options) {
   if (!pd) throw system_error(errno_code(EBADF), "queue_pair: the protection domain is not open");
-  impl_ = std::make_unique<detail::queue_pair_impl>(pd.native_handle(), send_cq.impl(), recv_cq.impl(), options);
+  impl_ = std::make_unique<detail::queue_pair_impl>(pd.native_handle(), *detail::impl_of(send_cq), *detail::impl_of(recv_cq), options);
 }
 
 queue_pair::queue_pair(queue_pair&&) noexcept = default;

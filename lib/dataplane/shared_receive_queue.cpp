@@ -4,7 +4,8 @@
 #include "dataplane/cq_impl.hpp"
 #include "events/qp_registry.hpp"
 #include "dataplane/srq_impl.hpp"
-#include "windows/window_internal.hpp"
+#include "dataplane/ops/work_request.hpp"
+#include "windows/remote_invalidation.hpp"
 
 #include <boost/asio/error.hpp>
 
@@ -25,14 +26,14 @@ namespace {
 }
 }  // namespace
 
-srq_received result_srq_received(const ibv_wc* wc) noexcept {
+srq_received srq_received_of(const ibv_wc* wc) noexcept {
   srq_received r;
-  static_cast<received&>(r) = result_received(wc);
+  static_cast<received&>(r) = received_of(wc);
   if (wc) r.qp_num = wc->qp_num;
   return r;
 }
 
-error_code prepare_srq_recv(shared_receive_queue_impl*, wr_node& n, const registered_span& buf) {
+error_code srq_recv_op::prepare(shared_receive_queue_impl*, wr_node& n) const {
   return fill_recv(n, buf);
 }
 
@@ -185,7 +186,7 @@ void shared_receive_queue_impl::on_completion(wr_node* n, const ibv_wc& wc, comp
   // of a window not bound through the queue pair the message came to (wc.qp_num) fails the receive
   // (errc::foreign_remote_invalidation).
   if (!ec)
-    if (const auto rkey = result_received(&wc).invalidated_rkey)
+    if (const auto rkey = received_of(&wc).invalidated_rkey)
       ec = note_remote_invalidation(pd_->context, *rkey, wc.qp_num);
   if (!closing_)
     while (!waiting_.empty() && credits_ > 0)
@@ -236,7 +237,7 @@ void shared_receive_queue_impl::on_limit_reached() {
 shared_receive_queue::shared_receive_queue(protection_domain& pd, completion_queue& recv_cq,
                                            const srq_options& options) {
   if (!pd) throw system_error(errno_code(EBADF), "shared_receive_queue: the protection domain is not open");
-  impl_ = std::make_unique<detail::shared_receive_queue_impl>(pd.native_handle(), recv_cq.impl(), options);
+  impl_ = std::make_unique<detail::shared_receive_queue_impl>(pd.native_handle(), *detail::impl_of(recv_cq), options);
 }
 
 shared_receive_queue::shared_receive_queue(shared_receive_queue&&) noexcept = default;

@@ -1,7 +1,9 @@
 #pragma once
-// Private to lib/: the live coverbs queue pairs of each device context, so that a device event (port
-// error, device fatal, ...) can move the affected ones to the error state from whichever thread reads the
-// events. Process-wide, guarded by one mutex.
+// Private to lib/: the process-wide registry of each device context's live coverbs queue pairs and shared
+// receive queues, and of who reads its async events (one reader per context). A device event (port error,
+// device fatal, ...) moves the affected queue pairs to the error state from whichever thread reads the
+// events; a peer's remote invalidation finds the executor of another queue pair. Guarded by one mutex
+// (qp_registry.cpp).
 
 #include <coverbs/error.hpp>
 

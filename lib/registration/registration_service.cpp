@@ -1,6 +1,6 @@
 #include <coverbs/registration_service.hpp>
 
-#include "windows/window_internal.hpp"
+#include "verbs/region_registry.hpp"
 
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>

@@ -1,7 +1,7 @@
 #include <coverbs/memory_region.hpp>
 #include <coverbs/protection_domain.hpp>
 
-#include "windows/window_internal.hpp"
+#include "verbs/region_registry.hpp"
 
 #include <coverbs/detail/registration_core.hpp>
 

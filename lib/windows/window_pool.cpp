@@ -1,6 +1,8 @@
 #include <coverbs/protection_domain.hpp>
+#include <coverbs/window_operations.hpp>
 #include <coverbs/window_pool.hpp>
 
+#include "windows/window_counters.hpp"
 #include "windows/window_internal.hpp"
 
 #include <boost/asio/append.hpp>
@@ -83,10 +85,10 @@ void post_completion(Handler handler, const queue_pair::executor_type& io, Args&
 }
 
 /// The key is dead: the window goes back to the pool and every waiter completes.
-void finish(const std::shared_ptr<lease_state>& s) {
+void end_lease(const std::shared_ptr<lease_state>& s) {
   s->state = lease_state::phase::dead;
   s->timer.cancel();
-  if (window_impl* w = s->window.impl()) {
+  if (window_impl* w = impl_of(s->window)) {
     w->on_remote_invalidation = nullptr;
     w->hook_context = nullptr;
   }
@@ -103,14 +105,14 @@ void start_revoke(const std::shared_ptr<lease_state>& s, error_code cause) {
   s->state = lease_state::phase::revoking;
   s->cause = cause;
   s->timer.cancel();
-  invalidate(*s->qp, s->window, [s](error_code) { finish(s); });  // the key is dead even on error
+  invalidate(*s->qp, s->window, [s](error_code) { end_lease(s); });  // the key is dead even on error
 }
 
 void on_peer_invalidation(void* context) {
   auto s = static_cast<lease_state*>(context)->shared_from_this();
   if (s->state != lease_state::phase::active) return;
   s->cause = {};
-  finish(s);
+  end_lease(s);
 }
 
 struct hold_cancellation {
@@ -155,8 +157,8 @@ void start_lease(const std::shared_ptr<pool_impl>& pool, queue_pair& qp, const m
                   return post_completion(std::move(h), s->qp->get_executor(), ec, window_lease(s->qp->get_executor()));
                 }
                 s->key = key;
-                s->window.impl()->on_remote_invalidation = &on_peer_invalidation;
-                s->window.impl()->hook_context = s.get();
+                impl_of(s->window)->on_remote_invalidation = &on_peer_invalidation;
+                impl_of(s->window)->hook_context = s.get();
                 arm_ttl(s, ttl);
                 count(window_counter::leases_granted);
                 post_completion(std::move(h), s->qp->get_executor(), error_code{}, window_lease(s));
@@ -221,7 +223,7 @@ void window_lease::revoke() noexcept {
   } catch (...) {
     // Allocating the invalidation failed: deallocating the window kills the key all the same.
     state_->window = memory_window();
-    detail::finish(state_);
+    detail::end_lease(state_);
   }
 }
 

@@ -7,7 +7,8 @@
 // and sends the ready-to-use (RTU) only from rdma_establish(3): a peer that never calls it stays half-open.
 #include <coverbs/cm.hpp>
 
-#include "../support/rc_pair.hpp"
+#include "fixtures/event_loop.hpp"
+#include "fixtures/test_buffer.hpp"
 
 #include <rdma/rdma_cma.h>
 

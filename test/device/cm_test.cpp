@@ -2,7 +2,8 @@
 // connect, private data, echo, refusal, peer disconnects, cancellation and bad input.
 #include <coverbs/cm.hpp>
 
-#include "../support/rc_pair.hpp"
+#include "fixtures/event_loop.hpp"
+#include "fixtures/test_buffer.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>

@@ -4,7 +4,9 @@
 // before it ends, whatever happened, so later cases in this binary work.
 #include <coverbs/device_events.hpp>
 
-#include "../support/rc_pair.hpp"
+#include "fixtures/completion.hpp"
+#include "fixtures/rxe_pair.hpp"
+#include "fixtures/test_buffer.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>

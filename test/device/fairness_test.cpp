@@ -8,7 +8,8 @@
 // bench/fairness.cpp.
 #include <coverbs/window_pool.hpp>
 
-#include "../support/rc_pair.hpp"
+#include "fixtures/rxe_pair.hpp"
+#include "fixtures/test_buffer.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/post.hpp>

@@ -5,7 +5,9 @@
 #include <coverbs/cm.hpp>
 #include <coverbs/loop_pool.hpp>
 
-#include "../support/rc_pair.hpp"
+#include "fixtures/completion.hpp"
+#include "fixtures/event_loop.hpp"
+#include "fixtures/test_buffer.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_executor.hpp>

@@ -3,7 +3,7 @@
 #include <coverbs/memory_region.hpp>
 #include <coverbs/protection_domain.hpp>
 
-#include "loopback.hpp"
+#include "fixtures/rxe_pair.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -193,7 +193,7 @@ TEST_CASE_METHOD(fixture, "fork after registering: the child writes its own copy
   const auto rw = cv::access::local_write | cv::access::remote_read | cv::access::remote_write;
   coverbs::memory_region mr(pd, buf.span(), rw);
   coverbs::memory_region other_mr(pd, other.span(), rw);
-  cv::test::loopback qp(dev, pd);
+  test::loopback qp(dev, pd);
   const bool madvise_mode = marked_dontfork(buf.bytes);
   INFO("libibverbs madvise mode (RDMAV_FORK_SAFE / ibv_fork_init): " << madvise_mode);
 
@@ -260,7 +260,7 @@ TEST_CASE_METHOD(fixture, "a registered range marked MADV_DONTFORK kills the chi
   CHECK(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGSEGV);
   // The parent is untouched and its region works.
-  cv::test::loopback qp(dev, pd);
+  test::loopback qp(dev, pd);
   CHECK(qp.read(cv::span_of(other_mr), cv::remote_key_of(mr)) == IBV_WC_SUCCESS);
   CHECK(other.all(0, n, 'P'));
   REQUIRE(::madvise(buf.bytes, n, MADV_DOFORK) == 0);

@@ -8,7 +8,9 @@
 #include <coverbs/registration_service.hpp>
 #include <coverbs/window_pool.hpp>
 
-#include "../support/rc_pair.hpp"
+#include "fixtures/completion.hpp"
+#include "fixtures/rxe_pair.hpp"
+#include "fixtures/test_buffer.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>

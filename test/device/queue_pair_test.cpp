@@ -2,7 +2,9 @@
 // credits, cancellation, executors, and composition with other Asio I/O.
 #include <coverbs/queue_pair.hpp>
 
-#include "../support/rc_pair.hpp"
+#include "fixtures/completion.hpp"
+#include "fixtures/rxe_pair.hpp"
+#include "fixtures/test_buffer.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>

@@ -4,9 +4,10 @@
 #include <coverbs/buffer_pool.hpp>
 #include <coverbs/registration_cache.hpp>
 
-#include "../registration_support.hpp"
-#include "../unmapping.hpp"
-#include "loopback.hpp"
+#include "fixtures/device_mr_count.hpp"
+#include "fixtures/registration_support.hpp"
+#include "fixtures/rxe_pair.hpp"
+#include "fixtures/unmapping.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
@@ -114,7 +115,7 @@ TEST_CASE_METHOD(fixture, "a registration through the worker completes on the ca
   mapping source(4096);
   std::memset(source.p, 0x5a, 4096);
   cv::memory_region source_mr(pd, source.span(), cv::access::local_write);
-  cv::test::loopback qp(dev, pd);
+  test::loopback qp(dev, pd);
   CHECK(qp.write(cv::span_of(source_mr), cv::remote_key_of(mr).slice(8 << 20, 4096)) == IBV_WC_SUCCESS);
   CHECK(m.p[(8 << 20) + 4095] == std::byte{0x5a});
 }
@@ -277,7 +278,7 @@ TEST_CASE_METHOD(fixture, "rereg on rxe falls back to register + deregister and 
   mapping source(4096);
   std::memset(source.p, 0x77, 4096);
   cv::memory_region source_mr(pd, source.span(), cv::access::local_write);
-  cv::test::loopback qp(dev, pd);
+  test::loopback qp(dev, pd);
   CHECK(qp.write(cv::span_of(source_mr), cv::remote_key_of(result->region).slice(4096, 4096)) == IBV_WC_SUCCESS);
   CHECK(second.p[4096] == std::byte{0x77});
   CHECK(second.p[8191] == std::byte{0x77});
@@ -338,7 +339,7 @@ TEST_CASE_METHOD(fixture, "a bad neighbour in the same turn fails alone: the goo
     mapping source(4096);
     std::memset(source.p, 0x6b, 4096);
     cv::memory_region source_mr(pd, source.span(), cv::access::local_write);
-    cv::test::loopback qp(dev, pd);
+    test::loopback qp(dev, pd);
     CHECK(qp.write(cv::span_of(source_mr), a.remote()) == IBV_WC_SUCCESS);
     CHECK(m.p[4095] == std::byte{0x6b});
   }
@@ -479,7 +480,7 @@ TEST_CASE_METHOD(fixture,
   mapping source(4096);
   std::memset(source.p, 0x33, 4096);
   cv::memory_region source_mr(pd, source.span(), cv::access::local_write);
-  cv::test::loopback qp(dev, pd);
+  test::loopback qp(dev, pd);
   CHECK(qp.write(cv::span_of(source_mr), fresh.remote().slice(0, 4096)) == IBV_WC_SUCCESS);
   CHECK(m.p[4095] == std::byte{0x33}); // the data lands in the memory the process sees now
   old = {};
@@ -507,7 +508,7 @@ TEST_CASE_METHOD(fixture, "a held cache handle is invalid as soon as the call th
         mapping source(4096);
         std::memset(source.p, 0x5a, 4096);
         cv::memory_region source_mr(pd, source.span(), cv::access::local_write);
-        cv::test::loopback qp(dev, pd);
+        test::loopback qp(dev, pd);
         CHECK(qp.write(cv::span_of(source_mr), held.remote().slice(0, 4096)) == IBV_WC_SUCCESS);
         CHECK(m.p[0] == std::byte{0}); // the process's new page never sees it
       }
@@ -548,7 +549,7 @@ TEST_CASE_METHOD(fixture, "pool buffers carry working keys for RDMA write and re
   REQUIRE(b);
   REQUIRE(c);
   std::memset(a->data(), 0x42, 4096);
-  cv::test::loopback qp(dev, pd);
+  test::loopback qp(dev, pd);
   CHECK(qp.write(a->span(), b->remote().slice(1000, 4096)) == IBV_WC_SUCCESS);
   CHECK(b->data()[1000] == std::byte{0x42});
   CHECK(b->data()[5095] == std::byte{0x42});

@@ -2,7 +2,9 @@
 // came to; more receives than max_wr wait their turn; the low watermark (IBV_EVENT_SRQ_LIMIT_REACHED
 // through device_events) drives replenishing for a fan-in of more senders than posted receives; bad input
 // is refused with the errc that names it.
-#include "../support/rc_pair.hpp"
+#include "fixtures/completion.hpp"
+#include "fixtures/event_loop.hpp"
+#include "fixtures/test_buffer.hpp"
 
 #ifdef COVERBS_HAS_RDMACM
 #include <coverbs/cm.hpp>

@@ -4,9 +4,12 @@
 // some pending operations only while it destroys its services (the io_uring service's, after the timer
 // service is gone); an object whose last reference drops there must not touch a service any more.
 // AddressSanitizer (the sanitizer leg of tools/check) reports a use-after-free where this is broken.
-#include "../support/rc_pair.hpp"
+#include "fixtures/completion.hpp"
+#include "fixtures/test_buffer.hpp"
 
 #include <boost/asio/io_context.hpp>
+
+#include <catch2/catch.hpp>
 
 #include <memory>
 

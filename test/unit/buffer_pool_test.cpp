@@ -2,7 +2,7 @@
 // limits and option checks.
 #include <coverbs/buffer_pool.hpp>
 
-#include "fake_registrar.hpp"
+#include "fixtures/fake_registrar.hpp"
 
 #include <boost/asio/io_context.hpp>
 

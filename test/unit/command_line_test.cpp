@@ -1,8 +1,8 @@
-// The helpers every command line and --json output goes through (tools/command_line.hpp,
-// tools/json_output.hpp): sizes and counts checked by CLI11 validators, an option given twice refused,
+// The helpers every command line and --json output goes through (coverbs_support/command_line.hpp,
+// coverbs_support/json_output.hpp): sizes and counts checked by CLI11 validators, an option given twice refused,
 // and names with quotes or backslashes come out as valid, escaped JSON.
-#include "../../tools/command_line.hpp"
-#include "../../tools/json_output.hpp"
+#include <coverbs_support/command_line.hpp>
+#include <coverbs_support/json_output.hpp>
 
 #include <catch2/catch.hpp>
 

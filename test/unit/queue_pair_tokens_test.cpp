@@ -3,6 +3,7 @@
 #include <coverbs/buffer_pool.hpp>
 #include <coverbs/device_events.hpp>
 #include <coverbs/memory_window.hpp>
+#include <coverbs/window_operations.hpp>
 #include <coverbs/queue_pair.hpp>
 #include <coverbs/registration_service.hpp>
 #include <coverbs/shared_receive_queue.hpp>

@@ -3,8 +3,8 @@
 // what a held handle's valid() says the moment the unmapping call returns.
 #include <coverbs/registration_cache.hpp>
 
-#include "../unmapping.hpp"
-#include "fake_registrar.hpp"
+#include "fixtures/fake_registrar.hpp"
+#include "fixtures/unmapping.hpp"
 
 #include <boost/asio/io_context.hpp>
 

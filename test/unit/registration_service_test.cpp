@@ -2,7 +2,7 @@
 // classification, rereg fallback and batch merging, without a device.
 #include <coverbs/registration_service.hpp>
 
-#include "fake_registrar.hpp"
+#include "fixtures/fake_registrar.hpp"
 
 #include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>

@@ -1,8 +1,8 @@
 // coverbs' data path — initiation, send-queue credits, completion dispatch, handler invocation, coroutine
 // resume — natively on a software verbs device that completes every work request at once
-// (test/support/soft_verbs.hpp): a fast check of dispatch logic on every host, beside the device tests
+// (test/fixtures/soft_verbs.hpp): a fast check of dispatch logic on every host, beside the device tests
 // on rxe. The same data path bench_overhead measures.
-#include "../support/soft_pair.hpp"
+#include "fixtures/soft_pair.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_executor.hpp>

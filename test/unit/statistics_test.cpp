@@ -1,6 +1,6 @@
-// The percentiles every report of the tool, the benchmarks and the examples gives (tools/statistics.hpp):
+// The percentiles every report of the tool, the benchmarks and the examples gives (coverbs_support/statistics.hpp):
 // linear interpolation between closest ranks, p from 0 to 100, 0 for no samples, input in any order.
-#include "../../tools/statistics.hpp"
+#include <coverbs_support/statistics.hpp>
 
 #include <catch2/catch.hpp>
 

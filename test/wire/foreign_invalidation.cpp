@@ -1,4 +1,4 @@
-// foreign_invalidation ADDR PORT — a hostile tenant of docs/examples/memory_pool_server (test/wire/
+// foreign_invalidation ADDR PORT — a hostile tenant of examples/memory_pool's server (test/wire/
 // foreign-invalidation runs it across two hosts, and on one).
 //
 // IBA lets a peer invalidate a type-2 memory window remotely (send-with-invalidate) only through the queue
@@ -13,10 +13,12 @@
 //            granted, a block written and read back identical.
 // That the server counted the attack is checked on its side (its JSON report, by the script).
 //
-// It speaks only the server's wire format (`message`, copied below: an independent client, not the
-// example's own code). Every wait is bounded. Exit status 0 when every check held, 1 when one did not, 2
+// It speaks only the server's wire format (`message` of examples/memory_pool/protocol.hpp; none of the
+// example's client code). Every wait is bounded. Exit status 0 when every check held, 1 when one did not, 2
 // for a bad command line.
 #include <coverbs/coverbs.hpp>
+
+#include <memory_pool/protocol.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -43,20 +45,11 @@ using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 constexpr auto tuple = asio::as_tuple(asio::use_awaitable);
 
-/// memory_pool_server's control message, field for field (host byte order, sent with IBV_WR_SEND).
-struct message {
-  std::uint32_t magic = 0x6d706f6f;  // "mpoo"
-  std::uint32_t op = 0;              // command
-  std::int32_t status = 0;           // refusal: 0 granted
-  std::uint32_t count = 0;
-  std::uint64_t tenant = 0;
-  std::uint64_t generation = 0;
-  cv::remote_key write_key{};
-  cv::remote_key read_key{};
-  std::uint64_t revoked = 0, granted = 0, moved_bytes = 0, took_us = 0;
-  std::uint32_t free_slots = 0, held_slots = 0;
-};
-constexpr std::uint32_t get_keys = 1, status_request = 6, hello = 0x80, reply = 0x100;
+using memory_pool::command, memory_pool::message, memory_pool::refusal;
+
+/// The reply's status as its number on the wire (0: granted).
+std::string status_number(const message& m) { return std::to_string(static_cast<std::int32_t>(m.status)); }
+
 constexpr std::size_t block = 4096;  // bytes written through a window
 
 int failures = 0;
@@ -131,7 +124,8 @@ awaitable<std::unique_ptr<session>> open(const std::string& address, const std::
   s->mr = cv::memory_region(s->conn.pd(), s->memory, cv::access::local_write);
   s->post_receive();
   const auto ec = co_await s->next(30s);
-  if (!ec || *ec || s->received().op != hello) throw std::runtime_error("no hello from the server within 30 s");
+  if (!ec || *ec || s->received().op != command::hello)
+    throw std::runtime_error("no hello from the server within 30 s");
   co_return s;
 }
 
@@ -148,15 +142,15 @@ awaitable<std::pair<cv::error_code, message>> exchange(session& s, message reque
   if (!ec) co_return std::pair{make_error_code(std::errc::timed_out), message{}};
   if (*ec) co_return std::pair{*ec, message{}};
   const message m = s.received();
-  if (m.magic != message{}.magic || m.op != reply) throw std::runtime_error("malformed reply");
+  if (m.magic != message::magic_value || m.op != command::reply) throw std::runtime_error("malformed reply");
   co_return std::pair{cv::error_code{}, m};
 }
 
 awaitable<message> keys_for(session& s, std::uint64_t tenant) {
-  auto [ec, m] = co_await exchange(s, message{.op = get_keys, .tenant = tenant});
+  auto [ec, m] = co_await exchange(s, message{.op = command::get_keys, .tenant = tenant});
   if (ec) throw std::runtime_error("get_keys: " + ec.message());
-  if (m.status != 0 || m.write_key.length < block || m.read_key.length < block)
-    throw std::runtime_error("get_keys refused (status " + std::to_string(m.status) + ")");
+  if (m.status != refusal::none || m.write_key.length < block || m.read_key.length < block)
+    throw std::runtime_error("get_keys refused (status " + status_number(m) + ")");
   co_return m;
 }
 
@@ -179,14 +173,14 @@ awaitable<void> run(std::string address, std::string port) {
 
   // The attack: a plain status request, sent as a send-with-invalidate of the victim's key.
   auto [attack_ec, answer] =
-      co_await exchange(*hostile, message{.op = status_request}, victim_keys.write_key.rkey);
-  check(attack_ec || answer.status != 0,
+      co_await exchange(*hostile, message{.op = command::status}, victim_keys.write_key.rkey);
+  check(attack_ec || answer.status != refusal::none,
         attack_ec ? "the server ended the hostile connection without serving the request (" + attack_ec.message() + ")"
-                  : answer.status != 0 ? "the server refused the request (status " + std::to_string(answer.status) + ")"
-                                       : "the server must not serve a send-with-invalidate of another "
-                                         "connection's key, yet it answered status 0");
+        : answer.status != refusal::none ? "the server refused the request (status " + status_number(answer) + ")"
+                                         : "the server must not serve a send-with-invalidate of another "
+                                           "connection's key, yet it answered status 0");
   if (!attack_ec) {
-    auto [again_ec, again] = co_await exchange(*hostile, message{.op = status_request});
+    auto [again_ec, again] = co_await exchange(*hostile, message{.op = command::status});
     check(again_ec != cv::error_code{}, again_ec ? "the server no longer serves the hostile connection (" +
                                                        again_ec.message() + ")"
                                                  : "the hostile connection is still served after its attack");

@@ -1,6 +1,6 @@
 // peer_down ADDR PORT — the survivor's side of "the peer host stopped mid-stream" (suite 'wire').
 //
-// Connects through rdma_cm to an echo server (docs/examples/echo --listen) at ADDR:PORT on the other host,
+// Connects through rdma_cm to an echo server (examples/echo --listen) at ADDR:PORT on the other host,
 // keeps a stream of 4 KiB sends going (one in flight, receives for the echoes kept posted) and waits for the
 // other host's guest to be powered off mid-stream (test/wire/peer-down stops it). Then:
 //   - the send in flight fails with wc_errc::retry_exc_err: the queue pair's transport retries ran out

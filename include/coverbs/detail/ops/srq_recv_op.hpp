@@ -1,0 +1,33 @@
+#pragma once
+// Internal: a shared receive queue's receive (ibv_post_srq_recv): one operation kind; its handler receives
+// `srq_received`. `prepare` is in lib/dataplane/shared_receive_queue.cpp. Not part of the public API.
+
+#include <coverbs/buffer.hpp>
+#include <coverbs/detail/wr_node.hpp>
+#include <coverbs/received.hpp>
+
+#include <tuple>
+
+namespace coverbs::detail {
+
+/// What the receive completion `wc` reports, with the queue pair it arrived on.
+srq_received srq_received_of(const ibv_wc* wc) noexcept;
+
+struct srq_recv_op {
+  registered_span buf;
+
+  /// `errc::message_too_long` before posting; fills `n.wr.recv`.
+  error_code prepare(shared_receive_queue_impl* srq, wr_node& n) const;
+
+  /// The completion arguments.
+  struct completion {
+    using signature = void(error_code, srq_received);
+    static auto result(error_code ec, const wr_node&, const ibv_wc* wc) {
+      // A foreign remote invalidation still reports the message: its qp_num names the peer to drop.
+      const bool reported = !ec || ec == errc::foreign_remote_invalidation;
+      return std::tuple(ec, reported ? srq_received_of(wc) : srq_received{});
+    }
+  };
+};
+
+}  // namespace coverbs::detail

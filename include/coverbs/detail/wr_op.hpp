@@ -1,0 +1,102 @@
+#pragma once
+// Internal: the templated operation that owns a completion handler; its base, wr_node, is what the library
+// sees. Not part of the public API.
+
+#include <coverbs/detail/wr_node.hpp>
+
+namespace coverbs::detail {
+
+/// An operation of kind `Op` (a type of ops/: `Op::completion::result` makes the completion arguments) owning its handler, allocated with the handler's associated allocator. Outstanding work:
+/// as in Asio's own I/O operations, the I/O object's executor needs none per operation — the completion
+/// queue's readiness wait or posted step keeps it busy while any work request is outstanding — so a
+/// handler whose associated executor is the I/O executor (the default: plain callbacks; a coroutine on
+/// the queue's executor) costs no tracked-work executor copy. A handler with an executor of its own (a
+/// strand, another loop, `use_future`'s) keeps that one busy (outstanding_work.tracked) until it runs.
+///
+/// `io_ex` is the I/O object's executor; it outlives the operation (a completion queue outlives its queue
+/// pairs and shared receive queues, whose destructors complete every operation).
+template <class Op, class Handler, class IoExecutor>
+class wr_op final : public wr_node {
+public:
+  using handler_executor = boost::asio::associated_executor_t<Handler, IoExecutor>;
+  using work_executor = std::decay_t<decltype(boost::asio::prefer(std::declval<handler_executor>(),
+                                                                  boost::asio::execution::outstanding_work.tracked))>;
+  using allocator_type = typename std::allocator_traits<boost::asio::associated_allocator_t<
+      Handler, boost::asio::recycling_allocator<void>>>::template rebind_alloc<wr_op>;
+
+  /// `handler`: the handler, moved from an rvalue, copied from an lvalue (a callback passed by name).
+  template <class H>
+  static wr_op* create(H&& handler, const IoExecutor& io_ex) {
+    allocator_type alloc(boost::asio::get_associated_allocator(handler, boost::asio::recycling_allocator<void>()));
+    wr_op* p = std::allocator_traits<allocator_type>::allocate(alloc, 1);
+    try {
+      return ::new (static_cast<void*>(p)) wr_op(std::forward<H>(handler), io_ex);
+    } catch (...) {
+      std::allocator_traits<allocator_type>::deallocate(alloc, p, 1);
+      throw;
+    }
+  }
+
+  /// Connects the handler's cancellation slot (if any) to this node.
+  void install_cancellation() {
+    auto slot = boost::asio::get_associated_cancellation_slot(handler_);
+    if (slot.is_connected()) slot.template emplace<node_cancellation>(node_cancellation{this});
+  }
+
+  /// Frees the node without running the handler (the initiation failed before anything was posted).
+  void destroy() noexcept { destroy(allocator()); }
+
+private:
+  allocator_type allocator() const noexcept {
+    return allocator_type(boost::asio::get_associated_allocator(handler_, boost::asio::recycling_allocator<void>()));
+  }
+  void destroy(allocator_type alloc) noexcept {
+    this->~wr_op();
+    std::allocator_traits<allocator_type>::deallocate(alloc, this, 1);
+  }
+
+  template <class H>
+  wr_op(H&& h, const IoExecutor& io_ex) : handler_(std::forward<H>(h)), io_ex_(&io_ex) {
+    this->complete = &do_complete;
+    if constexpr (has_associated_executor_v<Handler>) {
+      decltype(auto) ex = boost::asio::get_associated_executor(handler_, io_ex);
+      if constexpr (std::is_same_v<handler_executor, IoExecutor>) {
+        if (ex == io_ex) return;  // the I/O executor: no work of its own (above)
+      }
+      work_.emplace(boost::asio::prefer(ex, boost::asio::execution::outstanding_work.tracked));
+    }
+  }
+
+  static void do_complete(wr_node* base, error_code ec, const ibv_wc* wc, completion_mode mode) {
+    auto* self = static_cast<wr_op*>(base);
+    auto slot = boost::asio::get_associated_cancellation_slot(self->handler_);
+    if (slot.is_connected()) slot.clear();
+    // Take what the handler needs, free the node, then run the handler: its memory can be reused by
+    // the next operation the handler starts (the recycling allocator makes the steady state allocation-free).
+    allocator_type alloc = self->allocator();
+    auto args = Op::completion::result(ec, *self, wc);
+    Handler handler(std::move(self->handler_));
+    const IoExecutor& io_ex = *self->io_ex_;
+    if constexpr (has_associated_executor_v<Handler>) {
+      if (self->work_) {
+        work_executor work(std::move(*self->work_));
+        self->destroy(alloc);
+        if (mode != completion_mode::post)
+          boost::asio::dispatch(work, bind_args(std::move(handler), std::move(args)));
+        else
+          boost::asio::post(work, bind_args(std::move(handler), std::move(args)));
+        return;
+      }
+    }
+    self->destroy(alloc);
+    complete_on(io_ex, std::move(handler), std::move(args), mode);
+  }
+
+  struct no_work {};
+  Handler handler_;
+  const IoExecutor* io_ex_;
+  [[no_unique_address]] std::conditional_t<has_associated_executor_v<Handler>, std::optional<work_executor>, no_work>
+      work_;
+};
+
+}  // namespace coverbs::detail
