@@ -9,6 +9,7 @@
 /// Spell it `coverbs::access` (or through a namespace alias): a `using coverbs::access;` at global scope
 /// clashes with POSIX `access(2)` from <unistd.h>.
 
+#include <coverbs/config.hpp>
 #include <infiniband/verbs.h>
 
 #include <cstdint>

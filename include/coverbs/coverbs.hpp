@@ -17,8 +17,12 @@
 #include <coverbs/queue_pair.hpp>
 #include <coverbs/received.hpp>
 #include <coverbs/registered_buffer.hpp>
+#include <coverbs/registered_span.hpp>
+#include <coverbs/registrar.hpp>
 #include <coverbs/registration_cache.hpp>
 #include <coverbs/registration_service.hpp>
+#include <coverbs/remote_key.hpp>
+#include <coverbs/shared_region.hpp>
 #include <coverbs/shared_receive_queue.hpp>
 #include <coverbs/window_counters.hpp>
 #include <coverbs/window_lease.hpp>

@@ -2,6 +2,7 @@
 /// @file
 /// `device_event`: one asynchronous event of a device, as `device_events::async_wait_event` reports it.
 
+#include <coverbs/config.hpp>
 #include <infiniband/verbs.h>
 
 #include <cstddef>

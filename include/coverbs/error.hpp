@@ -229,6 +229,12 @@ enum class errc : int {
   /// userfaultfd(2) does not follow fork(2), so the cache cannot see memory being unmapped in the child and
   /// its handles report only what was applied before the fork. Make a new registration_cache in the child.
   monitor_lost_in_fork,
+
+  // --- scatter-gather (queue_pair.hpp) ---
+  /// An operation named more registered spans than one work request of the queue pair takes: more than
+  /// `queue_pair_options::max_send_sge` (sends, writes, reads) or `max_recv_sge` (receives), or more than
+  /// `max_spans_per_operation`. Refused before posting; the queue pair stays healthy.
+  too_many_spans,
 };
 
 /// The category of `wc_errc` values; name "coverbs.wc".

@@ -2,7 +2,8 @@
 /// @file
 /// `queue_pair`: a reliable-connected (RC) queue pair whose operations are Asio asynchronous operations.
 ///
-/// Each `async_*` function posts one signaled work request whose wr_id is the operation itself; the
+/// Each `async_*` function posts one signaled work request (over one registered span, or a scatter/gather list of
+/// several) whose wr_id is the operation itself; the
 /// completion queue's loop completes the handler on the handler's associated executor with the handler's
 /// associated allocator (docs/architecture.md, "The path of one operation"). Every operation works with any
 /// completion token (`deferred` by default, which `co_await` awaits directly in a coroutine; `use_awaitable`,
@@ -40,6 +41,7 @@
 #include <coverbs/detail/ops/atomic_op.hpp>
 #include <coverbs/detail/ops/rdma_op.hpp>
 #include <coverbs/detail/ops/recv_op.hpp>
+#include <coverbs/detail/ops/scatter_gather.hpp>
 #include <coverbs/detail/ops/send_op.hpp>
 #include <coverbs/detail/qp_start.hpp>
 #include <coverbs/detail/wr_op.hpp>
@@ -252,6 +254,63 @@ public:
   auto async_compare_swap(registered_span result, remote_key remote, std::uint64_t compare, std::uint64_t swap,
                           Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token), detail::atomic_op{result, remote, IBV_WR_ATOMIC_CMP_AND_SWP, compare, swap});
+  }
+
+  // --- over several registered spans (scatter/gather) ---
+  //
+  // Each takes a `registered_span_sequence` (buffer.hpp) instead of one span: one work request whose
+  // scatter/gather list has one entry per span, in order — a header and a payload in two registered buffers go
+  // out as one message. At most `queue_pair_options::max_send_sge` spans (sends, writes, reads) or
+  // `max_recv_sge` (receives), and at most `max_spans_per_operation`; more are refused before posting with
+  // `errc::too_many_spans` (the queue pair stays healthy). The sequence is copied when the operation is
+  // initiated; the memory it names must stay registered until the handler runs. Completion signatures,
+  // errors and cancellation as for the single-span forms above; a length is the total over the spans.
+
+  /// Sends the concatenation of `bufs` as one message (IBV_WR_SEND).
+  template <registered_span_sequence Spans,
+            boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
+  auto async_send(const Spans& bufs, Token&& token = default_token{}) {
+    return initiate(std::forward<Token>(token), detail::gather_send_op{detail::span_list::of(bufs), IBV_WR_SEND, 0});
+  }
+
+  /// Sends the concatenation of `bufs` with 32 bits of immediate data (IBV_WR_SEND_WITH_IMM).
+  template <registered_span_sequence Spans,
+            boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
+  auto async_send_with_imm(const Spans& bufs, std::uint32_t imm, Token&& token = default_token{}) {
+    return initiate(std::forward<Token>(token),
+                    detail::gather_send_op{detail::span_list::of(bufs), IBV_WR_SEND_WITH_IMM, imm});
+  }
+
+  /// Posts one receive scattered into `bufs`: the message fills them in order (`received::bytes` is what
+  /// arrived in all of them); `wc_errc::loc_len_err` when it is longer than their total.
+  template <registered_span_sequence Spans,
+            boost::asio::completion_token_for<void(error_code, received)> Token = default_token>
+  auto async_recv(const Spans& bufs, Token&& token = default_token{}) {
+    return initiate(std::forward<Token>(token), detail::scatter_recv_op{detail::span_list::of(bufs)});
+  }
+
+  /// Writes the concatenation of `local` to the start of `remote` (IBV_WR_RDMA_WRITE).
+  template <registered_span_sequence Spans,
+            boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
+  auto async_write(const Spans& local, remote_key remote, Token&& token = default_token{}) {
+    return initiate(std::forward<Token>(token),
+                    detail::scatter_gather_rdma_op{detail::span_list::of(local), remote, IBV_WR_RDMA_WRITE, 0});
+  }
+
+  /// As `async_write` over several spans, consuming a receive at the peer that reports `imm`.
+  template <registered_span_sequence Spans,
+            boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
+  auto async_write_with_imm(const Spans& local, remote_key remote, std::uint32_t imm, Token&& token = default_token{}) {
+    return initiate(std::forward<Token>(token), detail::scatter_gather_rdma_op{detail::span_list::of(local), remote,
+                                                                               IBV_WR_RDMA_WRITE_WITH_IMM, imm});
+  }
+
+  /// Reads from the start of `remote` into `local`, filled in order (IBV_WR_RDMA_READ).
+  template <registered_span_sequence Spans,
+            boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
+  auto async_read(const Spans& local, remote_key remote, Token&& token = default_token{}) {
+    return initiate(std::forward<Token>(token),
+                    detail::scatter_gather_rdma_op{detail::span_list::of(local), remote, IBV_WR_RDMA_READ, 0});
   }
 
 private:

@@ -3,6 +3,7 @@
 /// What a receive completion reports: `received` (a queue pair's receive) and `srq_received` (a shared
 /// receive queue's, which also names the queue pair the message arrived on).
 
+#include <coverbs/config.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <optional>

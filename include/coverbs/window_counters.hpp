@@ -3,6 +3,7 @@
 /// `window_counters`: process-wide memory-window counters (like a NIC's active_mw / mw_bind_fails) and
 /// `window_statistics()`, their snapshot.
 
+#include <coverbs/config.hpp>
 #include <cstdint>
 
 namespace coverbs {

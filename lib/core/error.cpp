@@ -258,6 +258,11 @@ std::string coverbs_category_impl::message(int ev) const {
     return "the process was forked from the one that made the registration cache; userfaultfd(2) does not "
            "follow fork(2), so this cache cannot see memory being unmapped here and its handles report only "
            "what was applied before the fork: make a new registration_cache in the child";
+  case errc::too_many_spans:
+    return "the operation names more registered spans than one work request of this queue pair takes "
+           "(queue_pair_options::max_send_sge for sends, writes and reads, max_recv_sge for receives, and at most "
+           "max_spans_per_operation = 8): create the queue pair with a larger max_send_sge / max_recv_sge (up "
+           "to the device's max_sge, device_caps), or copy the pieces into fewer registered buffers";
   case errc::executor_mismatch:
     return "the completion queue is serviced by another executor than the queue pair or connection using it: "
            "a queue pair's send and receive queues, and a connection's connection_options::cq, must be on the "

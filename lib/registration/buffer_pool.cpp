@@ -1,5 +1,7 @@
 #include <coverbs/buffer_pool.hpp>
 
+#include "verbs/registration_errors.hpp"
+
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/system_executor.hpp>
 

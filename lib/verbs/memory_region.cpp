@@ -2,8 +2,7 @@
 #include <coverbs/protection_domain.hpp>
 
 #include "verbs/region_registry.hpp"
-
-#include <coverbs/detail/registration_core.hpp>
+#include "verbs/registration_errors.hpp"
 
 #include <cerrno>
 #include <cstdio>

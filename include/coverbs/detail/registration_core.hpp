@@ -178,8 +178,5 @@ private:
   boost::asio::thread_pool pool_;
 };
 
-/// The error of a failed ibv_reg_mr in the terms of the request (errc values that name the argument).
-error_code classify_registration_error(const error_code& ec, std::span<std::byte> buffer, access rights) noexcept;
-
 } // namespace detail
 } // namespace coverbs

@@ -72,8 +72,14 @@ struct wr_node {
     ibv_recv_wr recv;
   } wr{};
   static_assert(sizeof(ibv_send_wr) >= sizeof(ibv_recv_wr));
-  ibv_send_wr chain[1];  // a second work request, for chains of two (invalidate + bind): left uninitialized
-                        // here (it is large and rarely used); whoever chains it fills it whole
+  union {
+    ibv_send_wr chain[1];  // a second work request, for chains of two (invalidate + bind): left uninitialized
+                          // here (it is large and rarely used); whoever chains it fills it whole
+    ibv_sge sg[max_spans_per_operation];  // the scatter/gather list of an operation over several spans
+  };
+  static_assert(sizeof(chain) >= sizeof(sg), "the scatter/gather list shares the chain's room");
+  /// The one SGE of a single-span operation; for one over several spans (`sg`), `sge.length` is their total,
+  /// which its completion reports.
   ibv_sge sge{};
   std::uint64_t* atomic_result = nullptr;  // local 8-byte buffer of fetch_add / compare_swap
   remote_key key{};                        // result of a window bind (ops/bind_op.hpp)

@@ -1,0 +1,79 @@
+// Operations over several registered spans: one work request whose scatter/gather list has one SGE per span
+// (wr_node::sg), checked against the queue pair's max_send_sge / max_recv_sge before posting.
+#include <coverbs/detail/ops/scatter_gather.hpp>
+
+#include "dataplane/ops/work_request.hpp"
+#include "dataplane/qp_impl.hpp"
+
+#include <arpa/inet.h>
+
+namespace coverbs::detail {
+
+namespace {
+
+/// Copies `l` into `n.sg`; the total length in `total`. `errc::too_many_spans` above `max_sge` (or the room).
+error_code fill_list(wr_node& n, const span_list& l, std::uint32_t max_sge, std::size_t& total) {
+  if (l.count > max_spans_per_operation || l.count > max_sge) return errc::too_many_spans;
+  total = 0;
+  for (std::size_t i = 0; i < l.count; ++i) {
+    n.sg[i] = l.items[i].to_sge();
+    total += l.items[i].size();
+  }
+  return {};
+}
+
+/// The signaled send-queue work request of `n` over its list `n.sg` of `count` entries, `total` bytes
+/// (inline when they fit the queue pair's max_inline_data).
+ibv_send_wr& fill_send_list(queue_pair_impl* qp, wr_node& n, std::size_t count, std::size_t total,
+                            ibv_wr_opcode opcode) {
+  n.sge = {0, static_cast<std::uint32_t>(total), 0};  // what the completion reports
+  ibv_send_wr& wr = n.wr.send;
+  wr.wr_id = reinterpret_cast<std::uintptr_t>(&n);
+  wr.sg_list = n.sg;
+  wr.num_sge = static_cast<int>(count);
+  wr.opcode = opcode;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  if (opcode != IBV_WR_RDMA_READ && total && total <= qp->max_inline_) wr.send_flags |= IBV_SEND_INLINE;
+  return wr;
+}
+
+}  // namespace
+
+error_code gather_send_op::prepare(queue_pair_impl* qp, wr_node& n) const {
+  std::size_t total = 0;
+  if (error_code ec = fill_list(n, bufs, qp->options_.max_send_sge, total)) return ec;
+  if (total > qp->max_message_) return errc::message_too_long;
+  ibv_send_wr& wr = fill_send_list(qp, n, bufs.count, total, opcode);
+  if (opcode == IBV_WR_SEND_WITH_IMM) wr.imm_data = htonl(imm_or_rkey);
+  if (opcode == IBV_WR_SEND_WITH_INV) wr.invalidate_rkey = imm_or_rkey;
+  return {};
+}
+
+error_code scatter_gather_rdma_op::prepare(queue_pair_impl* qp, wr_node& n) const {
+  std::size_t total = 0;
+  if (error_code ec = fill_list(n, local, qp->options_.max_send_sge, total)) return ec;
+  if (total > qp->max_message_) return errc::message_too_long;
+  if (remote.length < total) return errc::remote_range_too_small;
+  ibv_send_wr& wr = fill_send_list(qp, n, local.count, total, opcode);
+  if (opcode == IBV_WR_RDMA_WRITE_WITH_IMM) wr.imm_data = htonl(imm);
+  wr.wr.rdma.remote_addr = remote.addr;
+  wr.wr.rdma.rkey = remote.rkey;
+  return {};
+}
+
+error_code scatter_recv_op::prepare(queue_pair_impl* qp, wr_node& n) const {
+  if (qp->srq_) return errc::receive_queue_is_shared;
+  std::size_t total = 0;
+  if (error_code ec = fill_list(n, bufs, qp->options_.max_recv_sge, total)) return ec;
+  if (total > max_message) return errc::message_too_long;
+  n.is_recv = true;
+  n.sge = {0, static_cast<std::uint32_t>(total), 0};
+  ibv_recv_wr& wr = n.wr.recv;
+  wr = ibv_recv_wr{};
+  wr.wr_id = reinterpret_cast<std::uintptr_t>(&n);
+  wr.sg_list = n.sg;
+  wr.num_sge = static_cast<int>(bufs.count);
+  return {};
+}
+
+}  // namespace coverbs::detail
