@@ -201,7 +201,8 @@ public:
 
   /// Posts a receive into `buf` (ibv_post_recv(3)).
   /// @par Completion Signature `void(error_code, received)`: bytes placed, immediate data, invalidated rkey.
-  /// @par Errors `wc_errc::loc_len_err` (the message was larger than `buf`), `wr_flush_err`,
+  /// @par Errors `wc_errc::loc_len_err` (the message was larger than `buf`; rxe reports `loc_qp_op_err`, and
+  /// the sender gets `rem_op_err`: both queue pairs go to the error state), `wr_flush_err`,
   /// `errc::receive_queue_is_shared` (before posting: the queue pair is attached to a shared receive queue),
   /// `errc::foreign_remote_invalidation` (the message was a send-with-invalidate naming a window not bound
   /// through this queue pair: a hostile peer; the queue pair stays healthy, `window_statistics()` counts it).
@@ -282,7 +283,8 @@ public:
   }
 
   /// Posts one receive scattered into `bufs`: the message fills them in order (`received::bytes` is what
-  /// arrived in all of them); `wc_errc::loc_len_err` when it is longer than their total.
+  /// arrived in all of them); a message longer than their total fails as for one span (`loc_len_err`, on rxe
+  /// `loc_qp_op_err`). Empty spans add nothing and are left out of the list.
   template <registered_span_sequence Spans,
             boost::asio::completion_token_for<void(error_code, received)> Token = default_token>
   auto async_recv(const Spans& bufs, Token&& token = default_token{}) {

@@ -8,6 +8,7 @@
 #include "fixtures/test_buffer.hpp"
 
 #include <array>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,40 @@ TEST_CASE("more spans than the queue pair takes are refused before posting; the 
   CHECK_FALSE(*s2.ec);
   CHECK_FALSE(*r2.ec);
   CHECK(r2.value.bytes == 7);
+  CHECK(p.a.error() == cv::error_code{});
+  CHECK(p.b.error() == cv::error_code{});
+}
+
+TEST_CASE("span lengths whose sum wraps around are refused as too long, not posted; empty spans add nothing",
+          "[qp][sg][errors]") {
+  rc_pair p(sge(3));
+  test_buffer out(p.pd, 4096), in(p.pd, 4096);
+  // Two spans a careless or hostile caller made up: 2^63 + 2^31 and 2^63 - 2^31 bytes sum to 0 in size_t.
+  const std::size_t half = std::size_t{1} << 63, two_gib = std::size_t{1} << 31;
+  const cv::registered_span big{std::span<std::byte>(out.bytes.data(), half + two_gib), out.span().lkey};
+  const cv::registered_span big2{std::span<std::byte>(out.bytes.data(), half - two_gib), out.span().lkey};
+  completion<std::size_t> w, s;
+  completion<cv::received> r;
+  p.a.async_write(std::array{big, big2}, in.key(), w.handler());
+  p.a.async_send(std::array{big, big2}, s.handler());
+  p.b.async_recv(std::array{big, big2}, r.handler());
+  REQUIRE(p.run_until([&] { return w.done() && s.done() && r.done(); }));
+  CHECK(*w.ec == cv::errc::message_too_long);
+  CHECK(*s.ec == cv::errc::message_too_long);
+  CHECK(*r.ec == cv::errc::message_too_long);
+  // An empty span between two others: the message is the other two, byte-exact.
+  for (std::size_t i = 0; i < out.bytes.size(); ++i) out.bytes[i] = std::byte('k' + i % 7);
+  completion<cv::received> r2;
+  p.b.async_recv(in.span(), r2.handler());
+  completion<std::size_t> s2;
+  p.a.async_send(std::array{out.span(0, 10), out.span(10, 0), out.span(100, 20)}, s2.handler());
+  REQUIRE(p.run_until([&] { return r2.done() && s2.done(); }));
+  REQUIRE_FALSE(*s2.ec);
+  CHECK(s2.value == 30);
+  REQUIRE_FALSE(*r2.ec);
+  CHECK(r2.value.bytes == 30);
+  CHECK(in.str(0, 10) == out.str(0, 10));
+  CHECK(in.str(10, 20) == out.str(100, 20));
   CHECK(p.a.error() == cv::error_code{});
   CHECK(p.b.error() == cv::error_code{});
 }

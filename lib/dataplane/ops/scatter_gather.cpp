@@ -11,13 +11,20 @@ namespace coverbs::detail {
 
 namespace {
 
-/// Copies `l` into `n.sg`; the total length in `total`. `errc::too_many_spans` above `max_sge` (or the room).
-error_code fill_list(wr_node& n, const span_list& l, std::uint32_t max_sge, std::size_t& total) {
+/// Copies the non-empty spans of `l` into `n.sg` (their number in `entries`, their total length in `total`):
+/// an empty span adds nothing, and some providers read a zero-length SGE as 2 GiB. `errc::too_many_spans`
+/// when `l` holds more spans than `max_sge` (or the room); `errc::message_too_long` when the total exceeds
+/// `limit`, checked span by span so that no sum of lengths can wrap around.
+error_code fill_list(wr_node& n, const span_list& l, std::uint32_t max_sge, std::size_t limit, std::size_t& entries,
+                     std::size_t& total) {
   if (l.count > max_spans_per_operation || l.count > max_sge) return errc::too_many_spans;
-  total = 0;
+  entries = total = 0;
   for (std::size_t i = 0; i < l.count; ++i) {
-    n.sg[i] = l.items[i].to_sge();
-    total += l.items[i].size();
+    const std::size_t size = l.items[i].size();
+    if (size > limit - total) return errc::message_too_long;
+    if (size == 0) continue;
+    n.sg[entries++] = l.items[i].to_sge();
+    total += size;
   }
   return {};
 }
@@ -40,21 +47,19 @@ ibv_send_wr& fill_send_list(queue_pair_impl* qp, wr_node& n, std::size_t count, 
 }  // namespace
 
 error_code gather_send_op::prepare(queue_pair_impl* qp, wr_node& n) const {
-  std::size_t total = 0;
-  if (error_code ec = fill_list(n, bufs, qp->options_.max_send_sge, total)) return ec;
-  if (total > qp->max_message_) return errc::message_too_long;
-  ibv_send_wr& wr = fill_send_list(qp, n, bufs.count, total, opcode);
+  std::size_t entries = 0, total = 0;
+  if (error_code ec = fill_list(n, bufs, qp->options_.max_send_sge, qp->max_message_, entries, total)) return ec;
+  ibv_send_wr& wr = fill_send_list(qp, n, entries, total, opcode);
   if (opcode == IBV_WR_SEND_WITH_IMM) wr.imm_data = htonl(imm_or_rkey);
   if (opcode == IBV_WR_SEND_WITH_INV) wr.invalidate_rkey = imm_or_rkey;
   return {};
 }
 
 error_code scatter_gather_rdma_op::prepare(queue_pair_impl* qp, wr_node& n) const {
-  std::size_t total = 0;
-  if (error_code ec = fill_list(n, local, qp->options_.max_send_sge, total)) return ec;
-  if (total > qp->max_message_) return errc::message_too_long;
+  std::size_t entries = 0, total = 0;
+  if (error_code ec = fill_list(n, local, qp->options_.max_send_sge, qp->max_message_, entries, total)) return ec;
   if (remote.length < total) return errc::remote_range_too_small;
-  ibv_send_wr& wr = fill_send_list(qp, n, local.count, total, opcode);
+  ibv_send_wr& wr = fill_send_list(qp, n, entries, total, opcode);
   if (opcode == IBV_WR_RDMA_WRITE_WITH_IMM) wr.imm_data = htonl(imm);
   wr.wr.rdma.remote_addr = remote.addr;
   wr.wr.rdma.rkey = remote.rkey;
@@ -63,16 +68,15 @@ error_code scatter_gather_rdma_op::prepare(queue_pair_impl* qp, wr_node& n) cons
 
 error_code scatter_recv_op::prepare(queue_pair_impl* qp, wr_node& n) const {
   if (qp->srq_) return errc::receive_queue_is_shared;
-  std::size_t total = 0;
-  if (error_code ec = fill_list(n, bufs, qp->options_.max_recv_sge, total)) return ec;
-  if (total > max_message) return errc::message_too_long;
+  std::size_t entries = 0, total = 0;
+  if (error_code ec = fill_list(n, bufs, qp->options_.max_recv_sge, max_message, entries, total)) return ec;
   n.is_recv = true;
   n.sge = {0, static_cast<std::uint32_t>(total), 0};
   ibv_recv_wr& wr = n.wr.recv;
   wr = ibv_recv_wr{};
   wr.wr_id = reinterpret_cast<std::uintptr_t>(&n);
   wr.sg_list = n.sg;
-  wr.num_sge = static_cast<int>(bufs.count);
+  wr.num_sge = static_cast<int>(entries);
   return {};
 }
 

@@ -29,7 +29,7 @@ struct span_list {
   }
 };
 
-/// A send, send_with_imm or send_with_invalidate gathered from several spans.
+/// A send or send_with_imm gathered from several spans.
 struct gather_send_op {
   using completion = length_result;
   span_list bufs;
