@@ -5,9 +5,11 @@
 // is a raw-verbs loop (ibv_post_send, then ibv_poll_cq until the completion) over the same device.
 //
 //   bench_overhead [--size BYTES] [--ops N] [--batches N] [--mode events|spin]
-//                  [--op write|sendrecv|bind|rebind] [--json]
+//                  [--op write|sendrecv|bind|rebind] [--way WAY] [--json]
 //
-// --op runs one op's ways alone (every op by default), e.g. to count its instructions with perf stat.
+// --op runs one op's ways alone (every op by default), --way one way alone (every way of the op by default;
+// a way the op lacks is refused with exit status 2), e.g. to count its instructions with callgrind: a way
+// runs ops * (batches + 1) operations (the +1: the warm-up batch).
 //
 // Each way of running an operation runs --batches batches of --ops operations (after one batch of
 // warm-up); ns/op of a batch = its wall time / --ops. Figures per way (median and 99th percentile over
@@ -23,10 +25,19 @@
 //   use_awaitable  a coroutine awaiting each operation with asio::use_awaitable
 //   deferred       the same with asio::deferred
 //   as_tuple       the same with asio::as_tuple(asio::use_awaitable)
-//   batch16        16 in flight with callbacks (each handler starts the next while any is left)
-//   raw_batch16    the floor of batch16: 16 posted as one chain, then polled until all 16 completed (the
-//                  last chain of a batch shorter when --ops is not a multiple of 16)
-// Targets: write use_awaitable <= raw + 150 ns, callback <= raw + 60 ns (target_* in the JSON).
+//   batch16        16 requests per turn: 16 in flight with callbacks, each handler starting the next while
+//                  any is left, so one completion queue turn runs up to 16 handlers whose writes are posted
+//                  together at the turn's end
+//   raw_batch16    the floor of batch16: 16 posted as one linked list in one ibv_post_send, only the last
+//                  signaled, then polled until that one completed (the last list of a batch shorter when
+//                  --ops is not a multiple of 16)
+// For sendrecv, use_awaitable and deferred are two coroutines, one awaiting each receive, the other each send
+// (a receive is always posted before the send it takes); batch16 is 16 receive + send pairs in flight, and
+// raw_batch16 16 receives in one ibv_post_recv, then 16 sends in one ibv_post_send, the last signaled.
+// Ways per op: write all of them; sendrecv raw, callback, use_awaitable, deferred, raw_batch16, batch16;
+// bind raw, callback, use_awaitable, deferred; rebind raw, callback, deferred.
+// Targets: write use_awaitable <= raw + 150 ns, callback <= raw + 60 ns, batch16 <= raw_batch16 + 25 ns
+// (target_* in the JSON).
 #include <coverbs/coverbs.hpp>
 
 #include "fixtures/soft_pair.hpp"
@@ -47,6 +58,7 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,12 +73,24 @@ struct config {
   int ops = 1000;
   int batches = 300;
   std::string mode = "events";
-  std::string op;  // empty: every op
+  std::string op;   // empty: every op
+  std::string way;  // empty: every way of each op
   bool json = false;
 };
 
-constexpr const char* usage_text =
-    "[--size BYTES] [--ops N] [--batches N] [--mode events|spin] [--op write|sendrecv|bind|rebind] [--json]";
+constexpr const char* usage_text = "[--size BYTES] [--ops N] [--batches N] [--mode events|spin] "
+                                   "[--op write|sendrecv|bind|rebind] [--way WAY] [--json]";
+
+/// The ways each op runs, in the order they run (see the header).
+struct op_ways {
+  const char* op;
+  std::vector<std::string> ways;
+};
+const std::vector<op_ways> ways_of_ops = {
+    {"write", {"raw", "callback", "use_awaitable", "deferred", "as_tuple", "raw_batch16", "batch16"}},
+    {"sendrecv", {"raw", "callback", "use_awaitable", "deferred", "raw_batch16", "batch16"}},
+    {"bind", {"raw", "callback", "use_awaitable", "deferred"}},
+    {"rebind", {"raw", "callback", "deferred"}}};
 
 config parse(int argc, char** argv) {
   config c;
@@ -79,8 +103,20 @@ config parse(int argc, char** argv) {
   app.add_option("--batches", c.batches)->transform(command_line::count(10, 100'000));
   app.add_option("--mode", c.mode)->check(command_line::one_of({"events", "spin"}));
   app.add_option("--op", c.op)->check(command_line::one_of({"write", "sendrecv", "bind", "rebind"}));
+  app.add_option("--way", c.way)
+      ->check(
+          command_line::one_of({"raw", "callback", "use_awaitable", "deferred", "as_tuple", "raw_batch16", "batch16"}));
   app.add_flag("--json", c.json);
   bench::parse(app, argc, argv);
+  for (const op_ways& o : ways_of_ops) {
+    if (c.way.empty() || (!c.op.empty() && c.op != o.op)) continue;
+    if (std::find(o.ways.begin(), o.ways.end(), c.way) != o.ways.end()) return c;
+    if (c.op.empty()) continue;
+    std::string ways;
+    for (const std::string& w : o.ways)
+      ways += (ways.empty() ? "" : ", ") + w;
+    bench::usage_error(app, "--op " + c.op + " has no way '" + c.way + "' (its ways: " + ways + ")");
+  }
   return c;
 }
 
@@ -121,7 +157,7 @@ struct raw_verbs {
   ibv_qp *a, *b;
   ibv_sge sge;
   ibv_send_wr wr[16]{};
-  ibv_recv_wr rwr{};
+  ibv_recv_wr rwr[16]{};
 
   raw_verbs(ibv_context* ctx, soft_verbs::soft_pair& rig, std::size_t size) {
     pd = ibv_alloc_pd(ctx);
@@ -141,6 +177,7 @@ struct raw_verbs {
     ibv_modify_qp(b, &attr, IBV_QP_DEST_QPN);
     sge = rig.local_span(size).to_sge();
     for (ibv_send_wr& w : wr) {
+      w.wr_id = static_cast<std::uint64_t>(&w - wr);
       w.sg_list = &sge;
       w.num_sge = 1;
       w.opcode = IBV_WR_RDMA_WRITE;
@@ -148,8 +185,10 @@ struct raw_verbs {
       w.wr.rdma.remote_addr = rig.remote_key(size).addr;
       w.wr.rdma.rkey = 2;
     }
-    rwr.sg_list = &sge;  // the receive lands in the local buffer too: only the cost matters here
-    rwr.num_sge = 1;
+    for (ibv_recv_wr& r : rwr) {
+      r.sg_list = &sge;  // the receive lands in the local buffer too: only the cost matters here
+      r.num_sge = 1;
+    }
   }
   ~raw_verbs() {
     ibv_destroy_qp(a);
@@ -167,6 +206,21 @@ struct raw_verbs {
       n -= got;
     }
   }
+  /// Polls until the completion of the send request `last_wr_id` (an unsignaled one before it has none) and
+  /// `recvs` receive completions.
+  void wait_for(std::uint64_t last_wr_id, int recvs = 0) {
+    ibv_wc wc[16];
+    for (bool seen = false; !seen || recvs > 0;) {
+      const int got = ibv_poll_cq(cq, 16, wc);
+      for (int i = 0; i < got; ++i) {
+        if (wc[i].status != IBV_WC_SUCCESS) fail("raw ibv_poll_cq", ibv_wc_status_str(wc[i].status));
+        if (wc[i].opcode & IBV_WC_RECV)
+          --recvs;
+        else
+          seen = seen || wc[i].wr_id == last_wr_id;
+      }
+    }
+  }
   void post(ibv_qp* qp, ibv_send_wr* w) {
     ibv_send_wr* bad = nullptr;
     if (ibv_post_send(qp, w, &bad)) fail("raw ibv_post_send", "refused");
@@ -178,18 +232,35 @@ struct raw_verbs {
       wait(1);
     }
   }
-  /// `ops` writes, posted 16 to a chain (the last chain shorter when `ops` is not a multiple of 16).
-  void write_batch16(int ops) {
+  /// `ops` writes, posted 16 to a linked list in one ibv_post_send, only its last request signaled (the
+  /// last list shorter when `ops` is not a multiple of 16); each list is polled until its last completed.
+  void write_batch16(int ops) { post_lists(ops, IBV_WR_RDMA_WRITE, false); }
+  /// `ops` receive + send pairs: 16 receives in one ibv_post_recv, then 16 sends in one list as write_batch16.
+  void sendrecv_batch16(int ops) { post_lists(ops, IBV_WR_SEND, true); }
+  /// `ops` requests of `opcode`, 16 to a list (each list after as many receives when `with_recvs`).
+  void post_lists(int ops, ibv_wr_opcode opcode, bool with_recvs) {
     for (int done = 0; done < ops;) {
       const int n = std::min(16, ops - done);
-      for (int i = 0; i + 1 < n; ++i)
-        wr[i].next = &wr[i + 1];
-      wr[n - 1].next = nullptr;
+      for (int i = 0; i < n; ++i) {
+        wr[i].opcode = opcode;
+        wr[i].send_flags = i + 1 < n ? 0 : IBV_SEND_SIGNALED;
+        wr[i].next = i + 1 < n ? &wr[i + 1] : nullptr;
+        rwr[i].next = i + 1 < n ? &rwr[i + 1] : nullptr;
+      }
+      if (with_recvs) {
+        ibv_recv_wr* bad = nullptr;
+        if (ibv_post_recv(b, &rwr[0], &bad)) fail("raw ibv_post_recv", "refused");
+      }
       post(a, &wr[0]);
-      wait(n);
+      wait_for(wr[n - 1].wr_id, with_recvs ? n : 0);
       done += n;
     }
+    for (ibv_send_wr& w : wr) {
+      w.opcode = IBV_WR_RDMA_WRITE;
+      w.send_flags = IBV_SEND_SIGNALED;
+    }
     wr[0].next = nullptr;
+    rwr[0].next = nullptr;
   }
   /// A BIND_MW of the unbound window with the next key, then LOCAL_INV of that key: as bind_mw, then invalidate.
   void bind_invalidate(ibv_mw* mw, ibv_mr* mr, int ops) {
@@ -240,7 +311,7 @@ struct raw_verbs {
     send.next = nullptr;
     for (int i = 0; i < ops; ++i) {
       ibv_recv_wr* bad = nullptr;
-      if (ibv_post_recv(b, &rwr, &bad)) fail("raw ibv_post_recv", "refused");
+      if (ibv_post_recv(b, &rwr[0], &bad)) fail("raw ibv_post_recv", "refused");
       post(a, &send);
       wait(2);
     }
@@ -317,6 +388,36 @@ void await_writes(asio::io_context& io, soft_verbs::soft_pair& rig, std::size_t 
   run(io);
 }
 
+/// Two coroutines: one awaiting `ops` receives on b, the other `ops` sends from a, each with `token`. A send
+/// starts only while a receive is posted: the receiver posts the next as soon as its last completed, in the
+/// completion queue turn that completes the send too (the software device completes the receive first).
+template <class Token>
+void await_sendrecvs(asio::io_context& io, soft_verbs::soft_pair& rig, std::size_t size, int ops, Token token) {
+  int posted = 0;  // receives posted minus sends started
+  const auto rethrow = [](std::exception_ptr e) {
+    if (e) std::rethrow_exception(e);
+  };
+  asio::co_spawn(
+      io,
+      [&rig, &posted, size, ops, token]() -> asio::awaitable<void> {
+        for (int i = 0; i < ops; ++i) {
+          ++posted;
+          (void)co_await rig.b.async_recv(rig.remote_span(size), token);
+        }
+      },
+      rethrow);
+  asio::co_spawn(
+      io,
+      [&rig, &posted, size, ops, token]() -> asio::awaitable<void> {
+        for (int i = 0; i < ops; ++i) {
+          if (posted-- <= 0) fail("async_send", "no receive posted before it");
+          (void)co_await rig.a.async_send(rig.local_span(size), token);
+        }
+      },
+      rethrow);
+  run(io);
+}
+
 /// One rebind_mw (the default token) of a bound window after the other, alternating its rights.
 void await_rebinds(asio::io_context& io, soft_verbs::soft_pair& rig, cv::memory_window& w, cv::memory_region& mr,
                    int ops) {
@@ -332,15 +433,16 @@ void await_rebinds(asio::io_context& io, soft_verbs::soft_pair& rig, cv::memory_
   run(io);
 }
 
-/// bind_mw of an unbound window, then invalidate of its key (the default token), `ops` times.
-void await_binds(asio::io_context& io, soft_verbs::soft_pair& rig, cv::memory_window& w, cv::memory_region& mr,
-                 int ops) {
+/// bind_mw of an unbound window, then invalidate of its key, `ops` times, each awaited with `token`.
+template <class Token>
+void await_binds(asio::io_context& io, soft_verbs::soft_pair& rig, cv::memory_window& w, cv::memory_region& mr, int ops,
+                 Token token) {
   asio::co_spawn(
       io,
-      [&, ops]() -> asio::awaitable<void> {
+      [&, ops, token]() -> asio::awaitable<void> {
         for (int i = 0; i < ops; ++i) {
-          co_await cv::bind_mw(rig.a, w, mr, {0, 4096}, cv::access::remote_read);
-          co_await cv::invalidate(rig.a, w);
+          co_await cv::bind_mw(rig.a, w, mr, {0, 4096}, cv::access::remote_read, token);
+          co_await cv::invalidate(rig.a, w, token);
         }
       },
       [](std::exception_ptr e) {
@@ -420,7 +522,8 @@ int main(int argc, char** argv) {
     const std::size_t size = c.size;
     std::vector<result> results;
     const auto add = [&](const char* op, const char* way, const std::function<void(int)>& batch) {
-      if (c.op.empty() || c.op == op) results.push_back({op, way, measure(c, batch)});
+      if ((c.op.empty() || c.op == op) && (c.way.empty() || c.way == way))
+        results.push_back({op, way, measure(c, batch)});
     };
 
     add("write", "raw", [&](int ops) { raw.write(ops); });
@@ -446,6 +549,15 @@ int main(int argc, char** argv) {
       sendrecv_chain{&rig, size, &to_start, &pending}.start();
       run(io);
     });
+    add("sendrecv", "use_awaitable", [&](int ops) { await_sendrecvs(io, rig, size, ops, asio::use_awaitable); });
+    add("sendrecv", "deferred", [&](int ops) { await_sendrecvs(io, rig, size, ops, asio::deferred); });
+    add("sendrecv", "raw_batch16", [&](int ops) { raw.sendrecv_batch16(ops); });
+    add("sendrecv", "batch16", [&](int ops) {
+      int to_start = ops, pending[16]{};
+      for (int& p : pending)
+        sendrecv_chain{&rig, size, &to_start, &p}.start();
+      run(io);
+    });
 
     if (c.op.empty() || c.op == "bind") {
       window_setup u(rig.pd);
@@ -455,7 +567,8 @@ int main(int argc, char** argv) {
         bind_chain{&rig, &u.window, &u.mr, &to_start}.start();
         run(io);
       });
-      add("bind", "deferred", [&](int ops) { await_binds(io, rig, u.window, u.mr, ops); });
+      add("bind", "use_awaitable", [&](int ops) { await_binds(io, rig, u.window, u.mr, ops, asio::use_awaitable); });
+      add("bind", "deferred", [&](int ops) { await_binds(io, rig, u.window, u.mr, ops, asio::deferred); });
     }
     if (c.op.empty() || c.op == "rebind") {
       window_setup u(rig.pd);  // bound once before the rebinds
@@ -473,10 +586,14 @@ int main(int argc, char** argv) {
       run(io);
     }
 
-    const auto median_of = [&](const std::string& op, const std::string& way) {
-      for (const result& r : results)
-        if (r.op == op && r.way == way) return r.f.median;
-      return 0.0;
+    /// The median of `r` over its floor's (raw, or raw_batch16 for batch16); none for a floor itself, or when
+    /// the floor did not run (--way).
+    const auto over_floor = [&](const result& r) -> std::optional<double> {
+      if (r.way == "raw" || r.way == "raw_batch16") return std::nullopt;
+      const std::string floor = r.way == "batch16" ? "raw_batch16" : "raw";
+      for (const result& f : results)
+        if (f.op == r.op && f.way == floor) return r.f.median - f.f.median;
+      return std::nullopt;
     };
     const auto r1 = [](double x) { return json_output::rounded(x, 1); };
     if (c.json) {
@@ -486,23 +603,19 @@ int main(int argc, char** argv) {
         const std::string key = r.op + "_" + r.way;
         o[key + "_ns_median"] = r1(r.f.median);
         o[key + "_ns_p99"] = r1(r.f.p99);
-        if (r.way != "raw" && r.way != "raw_batch16") {
-          const std::string floor = r.way == "batch16" ? "raw_batch16" : "raw";
-          o[key + "_over_raw_ns"] = r1(r.f.median - median_of(r.op, floor));
-        }
+        if (const auto over = over_floor(r)) o[key + "_over_raw_ns"] = r1(*over);
       }
       if (o.contains("write_raw_ns_median")) {  // the targets are the write's
         o["target_write_callback_over_raw_ns"] = 60;
         o["target_write_use_awaitable_over_raw_ns"] = 150;
       }
+      if (o.contains("write_raw_batch16_ns_median")) o["target_write_batch16_over_raw_ns"] = 25;
       json_output::print(o);
     } else {
       std::printf("%-9s %-14s %12s %12s %12s\n", "op", "way", "ns/op med", "ns/op p99", "over raw");
       for (const result& r : results) {
-        const bool floor = r.way == "raw" || r.way == "raw_batch16";
-        const double over = r.f.median - median_of(r.op, r.way == "batch16" ? "raw_batch16" : "raw");
         char over_text[32] = "";
-        if (!floor) std::snprintf(over_text, sizeof over_text, "%.1f", over);
+        if (const auto over = over_floor(r)) std::snprintf(over_text, sizeof over_text, "%.1f", *over);
         std::printf("%-9s %-14s %12.1f %12.1f %12s\n", r.op.c_str(), r.way.c_str(), r.f.median, r.f.p99, over_text);
       }
     }

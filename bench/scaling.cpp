@@ -4,12 +4,12 @@
 //   bench_scaling [--device NAME] [--connections N] [--depth N] [--size BYTES] [--duration-ms N]
 //                 [--mode events|spin] [--json]
 //
-// A loop is an io_context run by one std::thread, with its own completion queue; every connection (two
-// queue pairs on that queue) belongs to one loop. With 1 loop it holds all the connections; with 2 loops
-// each holds half. Each connection keeps --depth operations of --size bytes in flight from one side (a
-// completion handler posts the next); for send the other side keeps receives posted, re-posting each
-// from its completion handler. A loop stops issuing when its own clock read says the period is over (it
-// does not rely on a timer getting a turn), then waits for what is in flight.
+// A loop (bench/traffic_loop.hpp) is an io_context run by one std::thread, with its own completion queue;
+// every connection (two queue pairs on that queue) belongs to one loop. With 1 loop it holds all the
+// connections; with 2 loops each holds half. Each connection keeps --depth operations of --size bytes in
+// flight from one side (a completion handler posts the next); for send the other side keeps receives
+// posted, re-posting each from its completion handler. A loop stops issuing when its own clock read says
+// the period is over (it does not rely on a timer getting a turn), then waits for what is in flight.
 //
 // Figures: {write,send}_msg_per_s_{1,2}_loops = operations completed by all loops / wall time from the
 // start until the last loop finished; scaling_2_over_1_{write,send} = the 2-loop rate / the 1-loop rate
@@ -18,17 +18,13 @@
 #include <coverbs/coverbs.hpp>
 
 #include "cli.hpp"
+#include "traffic_arguments.hpp"
 #include <coverbs_support/json_output.hpp>
 
-#include <boost/asio/io_context.hpp>
-
-#include <time.h>
-
-#include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <exception>
 #include <memory>
 #include <string>
 #include <thread>
@@ -36,18 +32,13 @@
 
 namespace {
 
-namespace asio = boost::asio;
 namespace cv = coverbs;
-using clock_type = std::chrono::steady_clock;
+using clock_type = bench::traffic_loop::clock_type;
 
-struct config {
+struct config : bench::traffic_arguments {
   std::string device;
-  int connections = 8;
-  int depth = 32;
-  std::size_t size = 8;
-  int duration_ms = 3000;
-  std::string mode = "events";
   bool json = false;
+  config() { connections = 8; }
 };
 
 constexpr const char* usage_text =
@@ -60,131 +51,12 @@ config parse(int argc, char** argv) {
                   "Message rate of small RDMA writes and sends over loopback RC connections on one event loop and on "
                   "two; see the source's header for each figure.");
   app.add_option("--device", c.device);
-  app.add_option("--connections", c.connections)->transform(command_line::count(2, 64));
-  app.add_option("--depth", c.depth)->transform(command_line::count(1, 256));
-  app.add_option("--size", c.size)->transform(command_line::size(1, 1u << 20));
-  app.add_option("--duration-ms", c.duration_ms)->transform(command_line::count(100, 600'000));
-  app.add_option("--mode", c.mode)->check(command_line::one_of({"events", "spin"}));
+  bench::add_traffic_options(app, c, 2);
   app.add_flag("--json", c.json);
   bench::parse(app, argc, argv);
   if (c.connections % 2) bench::usage_error(app, "--connections takes an even number (half go to each of two loops)");
   return c;
 }
-
-double thread_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-/// One event loop and its connections.
-class loop {
-public:
-  loop(cv::device& dev, cv::protection_domain& pd, const config& c, int connections, bool send)
-      : c_(c), send_(send), cq_(io_, dev, cq_options(c, connections)),
-        bytes_(2 * c.size * static_cast<std::size_t>(connections)),
-        mr_(pd, bytes_, cv::access::local_write | cv::access::remote_write) {
-    cv::queue_pair_options o;
-    o.max_send_wr = static_cast<std::uint32_t>(c.depth + 8);
-    o.max_recv_wr = static_cast<std::uint32_t>(recv_depth(c) + 8);
-    for (int i = 0; i < connections; ++i) {
-      auto& k = *conns_.emplace_back(std::make_unique<connection>(pd, cq_, o));
-      cv::connect_pair(k.a, k.b);
-      k.local = cv::span_of(mr_, 2 * c.size * static_cast<std::size_t>(i), c.size);
-      k.landing = cv::span_of(mr_, 2 * c.size * static_cast<std::size_t>(i) + c.size, c.size);
-      k.remote = cv::remote_key_of(mr_).slice(2 * c.size * static_cast<std::size_t>(i) + c.size, c.size);
-    }
-  }
-
-  /// Runs the traffic on the calling thread until `end`, then until what is in flight has completed.
-  void run(clock_type::time_point end) {
-    end_ = end;
-    const double cpu0 = thread_cpu_seconds();
-    try {
-      for (auto& k : conns_) {
-        if (send_)
-          for (int i = 0; i < recv_depth(c_); ++i)
-            recv(*k);
-        for (int i = 0; i < c_.depth; ++i)
-          issue(*k);
-      }
-      io_.run();
-    } catch (...) {
-      error_ = std::current_exception();
-    }
-    finished_ = clock_type::now();
-    cpu_seconds_ = thread_cpu_seconds() - cpu0;
-  }
-
-  std::uint64_t completed() const noexcept { return completed_; }
-  double cpu_seconds() const noexcept { return cpu_seconds_; }
-  clock_type::time_point finished() const noexcept { return finished_; }
-  void rethrow() const {
-    if (error_) std::rethrow_exception(error_);
-  }
-
-private:
-  struct connection {
-    cv::queue_pair a, b;  // a writes or sends to b
-    cv::registered_span local, landing;
-    cv::remote_key remote;
-    connection(cv::protection_domain& pd, cv::completion_queue& cq, const cv::queue_pair_options& o)
-        : a(pd, cq, o), b(pd, cq, o) {}
-  };
-
-  static int recv_depth(const config& c) { return 4 * c.depth; }
-  static cv::completion_queue_options cq_options(const config& c, int connections) {
-    cv::completion_queue_options o;
-    o.depth = connections * 2 * (c.depth + 8 + recv_depth(c) + 8) + 64;
-    o.spin = c.mode == "spin" ? cv::completion_queue_options::spin_forever : std::chrono::nanoseconds(0);
-    return o;
-  }
-
-  /// Reads the clock every 16 completions: past the end, the loop stops issuing.
-  bool stopping() {
-    if (!stop_ && ++checks_ % 16 == 0 && clock_type::now() >= end_) stop_ = true;
-    return stop_;
-  }
-
-  void issue(connection& k) {
-    ++in_flight_;
-    auto done = [this, &k](cv::error_code ec, std::size_t) {
-      if (ec) throw cv::system_error(ec, send_ ? "send" : "RDMA write");
-      --in_flight_;
-      ++completed_;
-      if (!stopping())
-        issue(k);
-      else if (in_flight_ == 0)
-        io_.stop();  // the receives still posted keep the queue waiting; they are flushed at destruction
-    };
-    if (send_)
-      k.a.async_send(k.local, done);
-    else
-      k.a.async_write(k.local, k.remote, done);
-  }
-
-  void recv(connection& k) {
-    k.b.async_recv(k.landing, [this, &k](cv::error_code ec, cv::received) {
-      if (ec == asio::error::operation_aborted) return;  // flushed when the queue pair is destroyed
-      if (ec) throw cv::system_error(ec, "receive");
-      if (!stop_) recv(k);
-    });
-  }
-
-  const config& c_;
-  const bool send_;
-  asio::io_context io_{1};
-  cv::completion_queue cq_;
-  std::vector<std::byte> bytes_;
-  cv::memory_region mr_;
-  std::vector<std::unique_ptr<connection>> conns_;
-  clock_type::time_point end_, finished_;
-  bool stop_ = false;
-  std::uint64_t checks_ = 0, completed_ = 0;
-  int in_flight_ = 0;
-  double cpu_seconds_ = 0;
-  std::exception_ptr error_;
-};
 
 struct outcome {
   double msg_per_s = 0;
@@ -193,9 +65,10 @@ struct outcome {
 
 /// `loops` loops with connections / loops connections each, every loop on its own thread.
 outcome measure(cv::device& dev, cv::protection_domain& pd, const config& c, int loops, bool send) {
-  std::vector<std::unique_ptr<loop>> ls;
+  const bench::traffic_options t = c.options(c.connections / loops, send);
+  std::vector<std::unique_ptr<bench::traffic_loop>> ls;
   for (int i = 0; i < loops; ++i)
-    ls.push_back(std::make_unique<loop>(dev, pd, c, c.connections / loops, send));
+    ls.push_back(std::make_unique<bench::traffic_loop>(dev, pd, t));
   const auto start = clock_type::now(), end = start + std::chrono::milliseconds(c.duration_ms);
   std::vector<std::thread> threads;
   for (auto& l : ls)

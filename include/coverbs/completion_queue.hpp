@@ -83,6 +83,11 @@ struct completion_queue_stats {
   std::uint64_t polls = 0;             ///< ibv_poll_cq calls
   std::uint64_t completions = 0;       ///< work completions dispatched
   std::uint64_t yields = 0;            ///< dispatch turns that stopped at max_completions_per_turn
+  /// For the queue pairs whose send completion queue this is: ibv_post_send calls (doorbells), and the
+  /// send work requests they posted (requests / doorbells = the mean list length; see queue_pair.hpp,
+  /// "When a request is posted").
+  std::uint64_t send_doorbells = 0;
+  std::uint64_t send_requests = 0;
 };
 
 /// A completion queue bound to an executor. Move-only.

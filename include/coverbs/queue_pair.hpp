@@ -2,12 +2,33 @@
 /// @file
 /// `queue_pair`: a reliable-connected (RC) queue pair whose operations are Asio asynchronous operations.
 ///
-/// Each `async_*` function posts one signaled work request (over one registered span, or a scatter/gather list of
-/// several) whose wr_id is the operation itself; the
-/// completion queue's loop completes the handler on the handler's associated executor with the handler's
-/// associated allocator (docs/architecture.md, "The path of one operation"). Every operation works with any
+/// Each `async_*` function makes one work request (over one registered span, or a scatter/gather list of
+/// several) whose wr_id is the operation itself; the completion queue's loop completes the handler on the
+/// handler's associated executor with the handler's associated allocator (docs/architecture.md, "The path of
+/// one operation"). Every operation works with any
 /// completion token (`deferred` by default, which `co_await` awaits directly in a coroutine; `use_awaitable`,
 /// callbacks, `use_future`, `as_tuple`, ...).
+///
+/// @par When a request is posted, and when it is signaled
+/// - Initiated outside a dispatch turn (from `main`, a timer's or a socket's handler, a posted function): the
+///   request is posted at once, alone and signaled — a lone operation is never held back.
+/// - Initiated inside a dispatch turn — by a completion handler the completion queue runs, or a coroutine that
+///   handler resumes — a send-queue request joins its queue pair's list, which is posted when the turn has
+///   handled every completion in the queue or reached `max_completions_per_turn`, as one linked list in one
+///   `ibv_post_send` (one doorbell) with only its last request signaled; the turn then polls again if it has
+///   room. A list holds at most min(32, max(1, max_send_wr / 2)) requests (a full one is posted at once), so
+///   the send queue never holds more unsignaled requests than that in a row and never overruns (credits are
+///   taken when a request joins the list). Receives, rebind chains and type-1 binds (`ibv_bind_mw`) are
+///   posted at once, after the list the turn holds for their queue pair, so the send queue keeps initiation
+///   order.
+/// - An RC send queue completes in order: when a signaled request completes, every unsignaled request posted
+///   before it has completed too. Their handlers run then, in posting order, each exactly once, and their
+///   credits come back then. A handler may rely on: every operation initiated earlier on the same queue pair
+///   has completed (its handler ran, or runs next in this turn). A failed request produces its own completion
+///   even unsignaled: it gets its error, the requests posted after it `wc_errc::wr_flush_err`.
+/// - One dispatch turn runs at most `max_completions_per_turn` completions' handlers, each of which may
+///   retire up to a list's length of unsignaled operations: the user work of a turn stays bounded.
+/// `completion_queue_stats::send_doorbells` / `send_requests` show how long the lists are.
 ///
 /// Send-queue credits: when the send (or receive) queue is full, an operation waits its turn in FIFO order
 /// instead of failing. A post that fails completes the handler with the verb's errno — never from inside
@@ -15,10 +36,14 @@
 ///
 /// Errors: a failed work completion is reported as its `wc_errc`. The first one moves the queue pair to the
 /// error state (IBA 10.8.3): every outstanding and every later operation then completes with
-/// `wc_errc::wr_flush_err`, and `error()` tells what failed first. Bad requests that would otherwise push a
+/// `wc_errc::wr_flush_err`, and `error()` tells what failed first. Send operations keep initiation order in
+/// this too: one that was never posted (waiting for a credit, in a turn's list, or initiated after the error)
+/// completes after every send request posted before it has been flushed. Bad requests that would otherwise push a
 /// healthy queue pair into the error state are refused before posting with an `errc`.
 ///
 /// @par Per-Operation Cancellation
+/// An operation initiated in a dispatch turn and not posted yet (above) is taken out of its queue pair's list
+/// and completes at once with `operation_aborted` (terminal, partial or total), nothing else touched.
 /// A posted work request cannot be recalled. Only `cancellation_type::terminal` is honoured for it: the
 /// queue pair is moved to the error state, the request is flushed, and the handler receives
 /// `operation_aborted` once the device has retired it — so its buffers are safe to reuse when the handler
@@ -75,7 +100,11 @@ struct queue_pair_options {
   std::uint32_t max_send_wr = 128;  ///< send-queue depth (operations in flight; more wait for credits)
   std::uint32_t max_recv_wr = 128;  ///< receive-queue depth
   std::uint32_t max_send_sge = 1, max_recv_sge = 1;
-  std::uint32_t max_inline_data = 64;  ///< sends/writes up to this size are copied into the WQE (IBV_SEND_INLINE)
+  /// Sends/writes up to this size are copied into the WQE (IBV_SEND_INLINE): the CPU copies the payload into
+  /// the doorbell's descriptor and the NIC skips one DMA read of it (on a NIC, what makes small-message rates;
+  /// on rxe the copy is the kernel's either way). A provider may grant more than asked (rxe grants 16 for
+  /// 0); coverbs inlines up to what was asked, so 0 turns inlining off.
+  std::uint32_t max_inline_data = 64;
   std::uint8_t port = 1;
   int gid_index = -1;                   ///< -1: device::default_gid(port)
   ibv_mtu path_mtu = IBV_MTU_4096;      ///< capped at the port's active MTU
@@ -162,10 +191,12 @@ public:
   ibv_qp_state state() const;
   /// The error that moved the queue pair to the error state (empty while healthy).
   error_code error() const noexcept;
-  /// Send-queue work requests posted and not yet completed / operations waiting for a credit.
+  /// Send-queue work requests holding a credit and not yet completed (posted, or in the running turn's list) /
+  /// operations waiting for a credit.
   std::size_t sends_outstanding() const noexcept;
   std::size_t sends_waiting() const noexcept;
-  /// The largest send/write that goes inline (as the provider granted it).
+  /// The largest send/write that goes inline: `queue_pair_options::max_inline_data`, or less if the provider
+  /// granted less.
   std::uint32_t max_inline_data() const noexcept;
   /// The longest send, write or read in bytes: the port's max_msg_sz (8 MiB on rxe), at most 2^31. Longer
   /// ones are refused before posting with `errc::message_too_long` (the device would fail them and move the

@@ -54,6 +54,7 @@
 #include <coverbs/detail/fwd.hpp>
 #include <coverbs/detail/handler_executor.hpp>
 #include <coverbs/detail/ops/results.hpp>
+#include <coverbs/detail/ops/scatter_gather.hpp>
 #include <coverbs/detail/ops/srq_recv_op.hpp>
 #include <coverbs/detail/srq_start.hpp>
 #include <coverbs/detail/wr_op.hpp>
@@ -125,7 +126,20 @@ public:
   /// names the queue pair to disconnect; the queue pair is not moved to the error state).
   template <boost::asio::completion_token_for<void(error_code, srq_received)> Token = default_token>
   auto async_recv(registered_span buf, Token&& token = default_token{}) {
-    return boost::asio::async_initiate<Token, void(error_code, srq_received)>(recv_initiation{this}, token, buf);
+    return boost::asio::async_initiate<Token, void(error_code, srq_received)>(recv_initiation{this}, token,
+                                                                               detail::srq_recv_op{buf});
+  }
+
+  /// Posts one receive scattered into `bufs` (a `registered_span_sequence`, buffer.hpp): a message fills them
+  /// in order (`srq_received::bytes` is what arrived in all of them); empty spans are left out of the list.
+  /// The sequence is copied when the operation is initiated.
+  /// @par Errors As for one span, and `errc::too_many_spans` before posting: more spans than
+  /// `srq_options::max_sge` (or `max_spans_per_operation`).
+  template <registered_span_sequence Spans,
+            boost::asio::completion_token_for<void(error_code, srq_received)> Token = default_token>
+  auto async_recv(const Spans& bufs, Token&& token = default_token{}) {
+    return boost::asio::async_initiate<Token, void(error_code, srq_received)>(
+        recv_initiation{this}, token, detail::scatter_srq_recv_op{detail::span_list::of(bufs)});
   }
 
   /// Arms the low watermark (ibv_modify_srq(3), IBV_SRQ_LIMIT): IBV_EVENT_SRQ_LIMIT_REACHED is raised once
@@ -149,12 +163,13 @@ private:
   struct recv_initiation {
     shared_receive_queue* self;
     executor_type get_executor() const noexcept { return self->get_executor(); }
-    template <class Handler>
-    void operator()(Handler&& handler, registered_span buf) const {
-      using node_type = detail::wr_op<detail::srq_recv_op, std::decay_t<Handler>, executor_type>;
+    /// `Op`: `detail::srq_recv_op` or `detail::scatter_srq_recv_op`.
+    template <class Handler, class Op>
+    void operator()(Handler&& handler, const Op& op) const {
+      using node_type = detail::wr_op<Op, std::decay_t<Handler>, executor_type>;
       node_type* node = node_type::create(std::forward<Handler>(handler), detail::srq_executor(self->impl_.get()));
       node->srq = self->impl_.get();
-      const error_code ec = detail::srq_recv_op{buf}.prepare(node->srq, *node);
+      const error_code ec = op.prepare(node->srq, *node);
       if (!ec) node->install_cancellation();
       detail::srq_start(node->srq, node, ec);
     }

@@ -2,6 +2,7 @@
 #include <coverbs/device.hpp>
 
 #include "dataplane/cq_impl.hpp"
+#include "dataplane/dispatch_turn.hpp"
 #include "dataplane/qp_impl.hpp"
 #include "dataplane/srq_impl.hpp"
 
@@ -266,16 +267,25 @@ void cq_impl::refill_from_taken() noexcept {
   batch_len_ = static_cast<int>(n);
 }
 
-bool cq_impl::holds_completion_of(const wr_node* node) noexcept {
+bool cq_impl::holds_completion_of(const wr_node* node, const wr_node* later) noexcept {
   const auto id = reinterpret_cast<std::uintptr_t>(node);
   const auto of_node = [id](const ibv_wc& wc) { return wc.wr_id == id; };
+  bool retired = false;  // a completion of a later send request was found
+  const auto of_later = [&](const ibv_wc& wc) {
+    for (const wr_node* p = later; p && !retired; p = p->next)
+      retired = wc.wr_id == reinterpret_cast<std::uintptr_t>(p);
+  };
   // Taken already: in the unhandled part of the batch, or taken ahead of it by an earlier cancellation.
   auto found = static_cast<std::size_t>(std::count_if(batch_.begin() + batch_pos_, batch_.begin() + batch_len_, of_node) +
                                         std::count_if(taken_.begin() + static_cast<std::ptrdiff_t>(taken_pos_),
                                                       taken_.end(), of_node));
+  if (later) {
+    std::for_each(batch_.begin() + batch_pos_, batch_.begin() + batch_len_, of_later);
+    std::for_each(taken_.begin() + static_cast<std::ptrdiff_t>(taken_pos_), taken_.end(), of_later);
+  }
   // Else take what has arrived since, in order, until the node's completions are found or the queue is empty
   // (bounded by its depth); the dispatch handles them after the batch, as usual.
-  while (found < node->pending && !closed_) {
+  while (found < node->pending && !retired && !closed_) {
     try {
       taken_.reserve(taken_.size() + batch_.size());  // before polling: a polled completion is never dropped
     } catch (...) {
@@ -286,9 +296,10 @@ bool cq_impl::holds_completion_of(const wr_node* node) noexcept {
     const int n = ibv_poll_cq(cq_, static_cast<int>(polled.size()), polled.data());
     if (n <= 0) break;
     found += static_cast<std::size_t>(std::count_if(polled.begin(), polled.begin() + n, of_node));
+    if (later) std::for_each(polled.begin(), polled.begin() + n, of_later);
     taken_.insert(taken_.end(), polled.begin(), polled.begin() + n);  // within the reserved capacity: cannot throw
   }
-  return found >= node->pending;
+  return retired || found >= node->pending;
 }
 
 void cq_impl::handle(const ibv_wc& wc, completion_mode mode) {
@@ -311,7 +322,13 @@ std::size_t cq_impl::drain(bool may_dispatch, std::size_t limit) {
                                : typed_executor_ && typed_executor_->running_in_this_thread()
                                    ? completion_mode::invoke
                                    : completion_mode::dispatch;
-  while (n < limit && !closed_ && pop(wc)) {
+  // Send requests the handlers initiate are held back in their queue pairs' lists and posted before the queue
+  // is polled again, and when the turn ends: one list per queue pair for the handlers of one polled batch
+  // (dispatch_turn.hpp). The poll that follows the posting finds what completed meanwhile in this turn.
+  dispatch_turn turn;
+  while (n < limit && !closed_) {
+    if (batch_pos_ == batch_len_) turn.end();
+    if (!pop(wc)) break;
     ++n;
     try {
       handle(wc, mode);

@@ -25,11 +25,14 @@ public:
   cq_impl(const boost::asio::any_io_executor& ex, ibv_context* context, const completion_queue_options& options);
   ~cq_impl();
 
-  /// A work request was posted: it will produce one completion.
-  void work_started() noexcept {
-    ++outstanding_;
-    if (!waiting_) start_waiting();
+  /// `n` work requests were posted: each will produce a completion, or be retired by a later one's
+  /// (`work_retired`).
+  void work_started(std::size_t n = 1) noexcept {
+    outstanding_ += n;
+    if (!waiting_ && n) start_waiting();
   }
+  /// `n` unsignaled send requests completed with a later request's completion: none of their own will come.
+  void work_retired(std::size_t n) noexcept { outstanding_ -= n; }
   /// A work request will produce no completion (its shared receive queue was destroyed with it posted).
   /// The last one stops a readiness wait on the channel: no event would ever end it, and the pending wait
   /// would keep io_context::run() from returning.
@@ -54,11 +57,12 @@ public:
   }
   void unreserve(std::size_t entries) noexcept { reserved_ -= entries; }
 
-  /// For a cancellation: whether every completion `node` still waits for (`wr_node::pending`) has been
-  /// taken from the queue — it is in the batch being dispatched — or is in the queue now, however far back
-  /// (then it takes the completions in front of it, in order, into `taken_`, which the dispatch handles
-  /// next, as usual). Runs no handler; costs the data path one branch per empty batch.
-  bool holds_completion_of(const wr_node* node) noexcept;
+  /// For a cancellation: whether every completion `node` still waits for (`wr_node::pending`), or one of a
+  /// node of `later` (the send operations posted after it, linked through `next`: their completion retires
+  /// it), has been taken from the queue — it is in the batch being dispatched — or is in the queue now,
+  /// however far back (then it takes the completions in front of it, in order, into `taken_`, which the
+  /// dispatch handles next, as usual). Runs no handler; costs the data path one branch per empty batch.
+  bool holds_completion_of(const wr_node* node, const wr_node* later) noexcept;
 
   void close() noexcept;
   /// Rethrows the exception a handler run in place threw during the last drain (then cleared), if any.

@@ -1,6 +1,6 @@
 #pragma once
-// Private to lib/: the state behind a queue_pair — credits, the FIFO of operations waiting for one, and
-// the error state.
+// Private to lib/: the state behind a queue_pair — credits, the FIFO of operations waiting for one, the send
+// requests of the running dispatch turn and those posted (send_queue.cpp), and the error state.
 
 #include <coverbs/detail/wr_node.hpp>
 #include <coverbs/queue_pair.hpp>
@@ -13,6 +13,7 @@
 namespace coverbs::detail {
 
 class cq_impl;
+class dispatch_turn;
 struct qp_registration;
 class shared_receive_queue_impl;
 
@@ -22,16 +23,42 @@ struct node_fifo {
   wr_node* tail = nullptr;
   std::size_t size = 0;
   bool empty() const noexcept { return head == nullptr; }
-  void push(wr_node* n) noexcept;
-  wr_node* pop() noexcept;
+  void push(wr_node* n) noexcept {
+    n->next = nullptr;
+    if (tail)
+      tail->next = n;
+    else
+      head = n;
+    tail = n;
+    ++size;
+  }
+  wr_node* pop() noexcept {
+    wr_node* n = head;
+    if (!n) return nullptr;
+    head = n->next;
+    if (!head) tail = nullptr;
+    n->next = nullptr;
+    --size;
+    return n;
+  }
+  /// Moves every node of `other` to the back of this one, in order.
+  void splice(node_fifo& other) noexcept {
+    if (other.empty()) return;
+    (tail ? tail->next : head) = other.head;
+    tail = other.tail;
+    size += other.size;
+    other = node_fifo{};
+  }
+  /// Unlinks `n` wherever it is (a cancellation); false if it is not there.
   bool remove(wr_node* n) noexcept;
 };
 
 /// One work queue's accounting (send or receive).
 struct work_queue {
   std::uint32_t credits = 0;    // free slots
-  std::size_t outstanding = 0;  // posted, not completed
+  std::size_t outstanding = 0;  // work requests posted, not completed (signaled or not)
   node_fifo waiting;            // operations waiting for a credit
+  node_fifo flushed;            // in the error state: never posted, failed once `outstanding` is 0
 };
 
 class queue_pair_impl {
@@ -41,6 +68,9 @@ public:
 
   void start(wr_node* n, error_code ec);
   void on_completion(wr_node* n, const ibv_wc& wc, completion_mode mode);
+  /// Posts the requests the running turn holds back for this queue pair (`batch_`) as one list, the last one
+  /// signaled; a request the device refuses fails with the verb's error (its handler posted). Runs no handler.
+  void post_batch() noexcept;
   void cancel(wr_node* n, boost::asio::cancellation_type type);
   /// Moves the queue pair to the error state (ibv_modify_qp IBV_QPS_ERR): the device flushes everything.
   void to_error(const error_code& why);
@@ -67,14 +97,33 @@ public:
   port_attributes port_;
   std::shared_ptr<qp_registration> registration_;  // in the device's registry of live queue pairs
   shared_receive_queue_impl* srq_ = nullptr;       // queue_pair_options::srq: receives come from there
+  // The send queue's posting rule (send_queue.cpp; queue_pair.hpp, "When a request is posted").
+  node_fifo batch_;  // send operations of the running turn, credits taken, not posted yet
+  node_fifo sent_;   // posted send operations in posting order: the queue completes them in this order
+  std::uint32_t batch_cap_ = 1;            // the longest list one ibv_post_send carries
+  dispatch_turn* turn_ = nullptr;          // the turn this queue pair is enrolled in while `batch_` fills
+  queue_pair_impl* turn_next_ = nullptr;   // the next queue pair enrolled in `turn_`
 
 private:
   work_queue& queue_of(const wr_node* n) noexcept { return n->is_recv ? rq_ : sq_; }
   /// Checks and records `queue_pair_options::srq` (called first by the constructor).
   void attach_srq(ibv_pd* pd, shared_receive_queue_impl* srq);
-  void post_now(wr_node* n);
+  /// Takes `n`'s credits and posts it, or adds it to `batch_` (a send inside a turn). send_queue.cpp.
+  void submit(wr_node* n);
+  void post_recv_now(wr_node* n);
+  /// Posts the send operation `n` (credits taken) alone, signaled. send_queue.cpp.
+  void post_send_now(wr_node* n);
+  /// A send completion for `n`: retires every operation posted before it (completed, unsignaled) into
+  /// `retired` and gives back their credits. send_queue.cpp.
+  void retire_before(const wr_node* n, node_fifo& retired) noexcept;
   void pump(work_queue& q);
-  void flush_waiting(work_queue& q);
+  /// Fails every operation not posted yet (waiting for a credit, or in `batch_`) with wr_flush_err, once
+  /// every request posted on its queue has completed (`work_queue::flushed`): handlers keep initiation order.
+  void fail_unposted();
+  /// `n` (not posted) fails with wr_flush_err: at once, or after its queue's posted requests.
+  void flush_after_posted(wr_node* n);
+  /// Fails the operations of `q.flushed` (their handlers posted).
+  static void fail_flushed(work_queue& q);
   static void fail(wr_node* n, error_code ec);
 };
 

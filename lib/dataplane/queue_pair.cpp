@@ -2,6 +2,7 @@
 #include <coverbs/queue_pair.hpp>
 
 #include "dataplane/cq_impl.hpp"
+#include "dataplane/dispatch_turn.hpp"
 #include "verbs/device_internal.hpp"
 #include "dataplane/qp_impl.hpp"
 #include "events/qp_registry.hpp"
@@ -21,41 +22,6 @@
 
 namespace coverbs {
 namespace detail {
-
-// --- node_fifo ---
-
-void node_fifo::push(wr_node* n) noexcept {
-  n->next = nullptr;
-  if (tail)
-    tail->next = n;
-  else
-    head = n;
-  tail = n;
-  ++size;
-}
-
-wr_node* node_fifo::pop() noexcept {
-  wr_node* n = head;
-  if (!n) return nullptr;
-  head = n->next;
-  if (!head) tail = nullptr;
-  n->next = nullptr;
-  --size;
-  return n;
-}
-
-bool node_fifo::remove(wr_node* n) noexcept {
-  wr_node* prev = nullptr;
-  for (wr_node* p = head; p; prev = p, p = p->next) {
-    if (p != n) continue;
-    (prev ? prev->next : head) = p->next;
-    if (tail == p) tail = prev;
-    p->next = nullptr;
-    --size;
-    return true;
-  }
-  return false;
-}
 
 void cancel_node(wr_node* node, boost::asio::cancellation_type type) noexcept {
   if (node->srq) return srq_cancel(node->srq, node, type);
@@ -197,7 +163,9 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
     // The provider may grant more than asked; credits follow what we asked for (the CQ reservation).
     sq_.credits = std::min(init.cap.max_send_wr, options.max_send_wr);
     rq_.credits = std::min(init.cap.max_recv_wr, options_.max_recv_wr);
-    max_inline_ = init.cap.max_inline_data;
+    max_inline_ = std::min(init.cap.max_inline_data, options.max_inline_data);  // 0 asked: never inline
+    // Half the send queue at most per list, so that credits come back while the other half is in flight.
+    batch_cap_ = std::clamp<std::uint32_t>(sq_.credits / 2, 1, 32);
     std::random_device rd;
     psn_ = rd() & 0xffffff;
     auto r = std::make_shared<qp_registration>();
@@ -221,6 +189,7 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
 
 queue_pair_impl::~queue_pair_impl() {
   if (!qp_) return;
+  if (turn_) turn_->withdraw(*this);  // destroyed inside a dispatch turn: its list is failed below, not posted
   // First: from here on no device event touches this queue pair from another thread.
   unregister_qp(registration_);
   unlink_windows_from(qp_->context, qp_->qp_num);  // its number may be reused: its windows are nobody's now
@@ -239,8 +208,9 @@ queue_pair_impl::~queue_pair_impl() {
       return;
     }
   }
-  flush_waiting(sq_);
-  flush_waiting(rq_);
+  fail_unposted();
+  fail_flushed(sq_);
+  fail_flushed(rq_);
   if (const error_code ec = verbs_status_result(ibv_destroy_qp(qp_)))
     std::fprintf(stderr, "coverbs: ibv_destroy_qp failed (%s)\n", ec.message().c_str());
   else if (srq_)
@@ -274,53 +244,62 @@ void queue_pair_impl::fail(wr_node* n, error_code ec) {
 
 void queue_pair_impl::start(wr_node* n, error_code ec) {
   if (ec) return fail(n, ec);
-  if (in_error_) return fail(n, make_error_code(wc_errc::wr_flush_err));
+  if (in_error_) return flush_after_posted(n);
   work_queue& q = queue_of(n);
   if (!q.waiting.empty() || q.credits < n->credits) {
     n->state = node_state::waiting_credit;
     q.waiting.push(n);
     return;
   }
-  post_now(n);
-}
-
-void queue_pair_impl::post_now(wr_node* n) {
-  work_queue& q = queue_of(n);
-  q.credits -= n->credits;
-  n->pending = n->credits;
-  int rc;
-  if (n->post) {
-    rc = n->post(qp_, n);
-  } else if (n->is_recv) {
-    ibv_recv_wr* bad = nullptr;
-    rc = ibv_post_recv(qp_, &n->wr.recv, &bad);
-  } else {
-    ibv_send_wr* bad = nullptr;
-    rc = ibv_post_send(qp_, &n->wr.send, &bad);
-  }
-  if (rc != 0) {
-    q.credits += n->credits;
-    return fail(n, verbs_status_result(rc));
-  }
-  n->state = node_state::posted;
-  q.outstanding += n->credits;
-  cq_impl* cq = n->is_recv ? recv_cq_ : send_cq_;
-  for (std::uint32_t i = 0; i < n->credits; ++i)
-    cq->work_started();
+  submit(n);
 }
 
 void queue_pair_impl::pump(work_queue& q) {
   while (!q.waiting.empty() && q.credits >= q.waiting.head->credits)
-    post_now(q.waiting.pop());
+    submit(q.waiting.pop());
 }
 
-void queue_pair_impl::flush_waiting(work_queue& q) {
-  while (wr_node* n = q.waiting.pop())
+void queue_pair_impl::fail_unposted() {
+  while (wr_node* n = batch_.pop()) {
+    sq_.credits += n->credits;
+    flush_after_posted(n);
+  }
+  while (wr_node* n = sq_.waiting.pop())
+    flush_after_posted(n);
+  while (wr_node* n = rq_.waiting.pop())
+    flush_after_posted(n);
+}
+
+void queue_pair_impl::flush_after_posted(wr_node* n) {
+  // Operations complete in initiation order: one never posted waits for the flush of those posted before it.
+  work_queue& q = queue_of(n);
+  if (q.outstanding > 0) return q.flushed.push(n);
+  fail(n, make_error_code(wc_errc::wr_flush_err));
+}
+
+void queue_pair_impl::fail_flushed(work_queue& q) {
+  while (wr_node* n = q.flushed.pop())
     fail(n, make_error_code(wc_errc::wr_flush_err));
 }
 
+namespace {
+
+/// Completes `n` (its last completion arrived, or it was retired by a later one) with `ec`, reported
+/// operation_aborted when a terminal cancellation moved the queue pair to the error state for it.
+void finish(wr_node* n, error_code ec, const ibv_wc* wc, completion_mode mode) {
+  if (ec && n->cancelled) ec = boost::asio::error::operation_aborted;
+  if (n->on_complete) n->on_complete(n, ec);
+  n->state = node_state::done;
+  n->complete(n, ec, wc, mode);
+}
+
+}  // namespace
+
 void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, completion_mode mode) {
   work_queue& q = queue_of(n);
+  // Requests posted before a send completion's, unsignaled, have completed: retired first, in order.
+  node_fifo retired;
+  if (!n->is_recv && sent_.head != n) retire_before(n, retired);
   ++q.credits;
   --q.outstanding;
   const error_code status = make_error_code(wc.status);
@@ -330,8 +309,7 @@ void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, completion_mod
     // Flushed because a device event (e.g. the port went down) moved us to the error state: that is the cause.
     if (status == wc_errc::wr_flush_err)
       if (const error_code cause = registration_->pending_cause()) error_ = cause;
-    flush_waiting(sq_);
-    flush_waiting(rq_);
+    fail_unposted();
   }
   if (status && !n->first_error) n->first_error = status;
   // A peer's send-with-invalidate killed one of our windows' keys: record it before any handler runs. A key
@@ -339,13 +317,30 @@ void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, completion_mod
   if (n->is_recv && !status && received_invalidation(wc))
     if (const error_code foreign = note_remote_invalidation(qp_->context, wc.invalidated_rkey, qp_->qp_num))
       if (!n->first_error) n->first_error = foreign;
-  pump(q);
-  if (--n->pending > 0) return;  // more of the chain to come
-  error_code ec = n->first_error;
-  if (ec && n->cancelled) ec = boost::asio::error::operation_aborted;
-  if (n->on_complete) n->on_complete(n, ec);
-  n->state = node_state::done;
-  n->complete(n, ec, &wc, mode);
+  if (!q.waiting.empty()) pump(q);
+  const bool last = --n->pending == 0;  // else more of the chain to come
+  if (last) {
+    if (!n->is_recv) sent_.pop();  // `n` heads the list now
+    // Complete from here on: a retired operation's handler that cancels `n` (the first of `a || b`, both in
+    // one list) finds it done, and `n` gets its real result.
+    n->state = node_state::done;
+  }
+  // The last posted request is retired: what was never posted fails now, its handlers posted, so they run after
+  // those of this turn (initiation order).
+  if (q.outstanding == 0 && !q.flushed.empty()) [[unlikely]]
+    fail_flushed(q);
+  // Handlers run last: one of them may destroy this queue pair. If one throws (run in place), the rest are
+  // posted, and the exception leaves through the completion queue's turn.
+  try {
+    while (wr_node* a = retired.pop())
+      finish(a, {}, nullptr, mode);
+  } catch (...) {
+    while (wr_node* a = retired.pop())
+      finish(a, {}, nullptr, completion_mode::post);
+    if (last) finish(n, n->first_error, &wc, completion_mode::post);
+    throw;
+  }
+  if (last) finish(n, n->first_error, &wc, mode);
 }
 
 void queue_pair_impl::cancel(wr_node* n, boost::asio::cancellation_type type) {
@@ -355,10 +350,19 @@ void queue_pair_impl::cancel(wr_node* n, boost::asio::cancellation_type type) {
     if (queue_of(n).waiting.remove(n)) fail(n, boost::asio::error::operation_aborted);
     return;
   }
+  if (n->state == node_state::batched) {  // not posted: taken out of the turn's list, nothing else touched
+    if ((type & (ct::terminal | ct::partial | ct::total)) == ct::none) return;
+    if (batch_.remove(n)) {
+      sq_.credits += n->credits;
+      fail(n, boost::asio::error::operation_aborted);
+    }
+    return;
+  }
   if (n->state == node_state::posted && (type & ct::terminal) != ct::none) {
-    // Already complete: every completion it waits for has been taken from the completion queue (it is in
-    // the batch being dispatched), or is in the queue now. Its handler gets its real result; nothing to do.
-    if ((n->is_recv ? recv_cq_ : send_cq_)->holds_completion_of(n)) return;
+    // Already complete: every completion it waits for — or one of a send request posted after it, which
+    // retires it — has been taken from the completion queue (it is in the batch being dispatched), or is in
+    // the queue now. Its handler gets its real result; nothing to do.
+    if ((n->is_recv ? recv_cq_ : send_cq_)->holds_completion_of(n, n->is_recv ? nullptr : n->next)) return;
     n->cancelled = true;
     to_error(boost::asio::error::operation_aborted);
   }
@@ -374,8 +378,7 @@ void queue_pair_impl::to_error(const error_code& why) {
   if (const error_code ec = verbs_status_result(ibv_modify_qp(qp_, &attr, IBV_QP_STATE)))
     std::fprintf(stderr, "coverbs: moving queue pair %u to the error state failed (%s)\n", qp_->qp_num,
                  ec.message().c_str());
-  flush_waiting(sq_);
-  flush_waiting(rq_);
+  fail_unposted();
 }
 
 void queue_pair_impl::on_async_error(const error_code& cause) {
@@ -384,17 +387,17 @@ void queue_pair_impl::on_async_error(const error_code& cause) {
     in_error_ = true;
     error_ = cause;
   }
-  flush_waiting(sq_);
-  flush_waiting(rq_);
+  fail_unposted();
 }
 
 void qp_on_async_error(queue_pair_impl* qp, const error_code& cause) { qp->on_async_error(cause); }
 
 error_code queue_pair_impl::reset(std::string* why) noexcept {
-  if (sq_.outstanding || rq_.outstanding) {
+  if (sq_.outstanding || rq_.outstanding || !batch_.empty()) {
     if (why)
       try {
-        *why = "queue_pair::reset (qp " + std::to_string(qp_->qp_num) + "): " + std::to_string(sq_.outstanding) +
+        *why = "queue_pair::reset (qp " + std::to_string(qp_->qp_num) + "): " +
+               std::to_string(sq_.outstanding + batch_.size) +
                " send and " + std::to_string(rq_.outstanding) +
                " receive requests are still outstanding, and RESET would discard them with their handlers never "
                "run: reset once every handler has run (after an error, the flushed requests complete with "
@@ -438,7 +441,9 @@ queue_pair::executor_type queue_pair::get_executor() const noexcept { return imp
 ibv_qp* queue_pair::native_handle() const noexcept { return impl_ ? impl_->qp_ : nullptr; }
 std::uint32_t queue_pair::qp_num() const noexcept { return impl_ ? impl_->qp_->qp_num : 0; }
 error_code queue_pair::error() const noexcept { return impl_ ? impl_->error_ : error_code{}; }
-std::size_t queue_pair::sends_outstanding() const noexcept { return impl_ ? impl_->sq_.outstanding : 0; }
+std::size_t queue_pair::sends_outstanding() const noexcept {
+  return impl_ ? impl_->sq_.outstanding + impl_->batch_.size : 0;
+}
 std::size_t queue_pair::sends_waiting() const noexcept { return impl_ ? impl_->sq_.waiting.size : 0; }
 std::uint32_t queue_pair::max_inline_data() const noexcept { return impl_ ? impl_->max_inline_ : 0; }
 std::size_t queue_pair::max_message_size() const noexcept { return impl_ ? impl_->max_message_ : 0; }

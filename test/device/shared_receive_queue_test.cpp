@@ -17,10 +17,12 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -78,6 +80,35 @@ std::string message(std::size_t sender, std::size_t seq) {
 }
 
 }  // namespace
+
+TEST_CASE("an SRQ receive scattered into a header and a body fills them in order; too many spans are refused",
+          "[srq][sg]") {
+  srq_fixture f(1, {.max_wr = 4, .max_sge = 2, .limit = 0});
+  test_buffer in(f.pd, 4096), out(f.pd, 4096);
+  for (std::size_t i = 0; i < 1000; ++i) out.bytes[i] = std::byte('a' + i % 26);
+  std::optional<error_code> got;
+  cv::srq_received r{};
+  f.srq.async_recv(std::array{in.span(0, 16), in.span(100, 2000)}, [&](error_code ec, cv::srq_received m) {
+    got = ec;
+    r = m;
+  });
+  std::optional<error_code> refused;
+  f.srq.async_recv(std::array{in.span(3000, 8), in.span(3100, 8), in.span(3200, 8)},
+                   [&](error_code ec, cv::srq_received) { refused = ec; });
+  int sent = 0;
+  f.senders[0].async_send(out.span(0, 1000), [&](error_code ec, std::size_t) {
+    CHECK_FALSE(ec);
+    ++sent;
+  });
+  REQUIRE(f.run_until([&] { return got && refused && sent == 1; }));
+  CHECK(*refused == cv::errc::too_many_spans);  // 3 spans, max_sge 2: before posting
+  REQUIRE_FALSE(*got);
+  CHECK(r.bytes == 1000);
+  CHECK(r.qp_num == f.receivers[0].qp_num());
+  CHECK(std::memcmp(in.bytes.data(), out.bytes.data(), 16) == 0);
+  CHECK(std::memcmp(in.bytes.data() + 100, out.bytes.data() + 16, 984) == 0);
+  CHECK(f.srq.posted() == 0);
+}
 
 TEST_CASE("receives on one SRQ arrive for several queue pairs and report which, with bytes and immediate data",
           "[srq]") {

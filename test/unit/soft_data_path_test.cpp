@@ -2,6 +2,7 @@
 // resume — natively on a software verbs device that completes every work request at once
 // (test/fixtures/soft_verbs.hpp): a fast check of dispatch logic on every host, beside the device tests
 // on rxe. The same data path bench_overhead measures.
+#include "fixtures/run_all.hpp"
 #include "fixtures/soft_pair.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -24,15 +25,9 @@
 
 namespace cv = coverbs;
 namespace asio = boost::asio;
+using test::run_all;
 
 namespace {
-
-/// Runs `io` until it has no more work, with a bound that only a hang reaches.
-void run_all(asio::io_context& io) {
-  io.restart();
-  CHECK(io.run_for(std::chrono::seconds(20)) < 100'000'000);
-  CHECK(io.stopped());
-}
 
 /// Fills `bytes` with a pattern that differs per operation.
 void pattern(std::span<std::byte> bytes, int seed) {

@@ -3,6 +3,9 @@
   list                      the scenarios (one a line, by name): a module in benchkit/scenarios/ each
   runner NAME               the script tools/bench runs for scenario NAME (absolute path); exit 1 if none
   native NAME               exit 0 when NAME runs on the host without the guest (overhead), else 1
+  bench NAME                the benchmark program scenario NAME runs (its module's BENCH, else bench_NAME)
+  timeout NAME              the guest's time limit for scenario NAME in seconds (its module's GUEST_TIMEOUT,
+                            else 1800)
   aggregate NAME ARGS...    scenario NAME's aggregation of its rounds into its results file (see its module)
   field KEY                 the field KEY of the JSON object on stdin, printed as Python prints it
   buildtype INTRO_JSON      meson's buildtype from a build folder's meson-info/intro-buildoptions.json
@@ -48,12 +51,18 @@ def main(argv):
         for name in sorted(short_name(m) for m in all_scenarios()):
             print(name)
         return 0
-    if command in ("runner", "native") and len(args) == 1:
+    if command in ("runner", "native", "bench", "timeout") and len(args) == 1:
         module = find_scenario(args[0])
         if module is None:
             return 1
         if command == "native":
             return 0 if module.NATIVE else 1
+        if command == "bench":
+            print(getattr(module, "BENCH", f"bench_{args[0]}"))
+            return 0
+        if command == "timeout":
+            print(getattr(module, "GUEST_TIMEOUT", 1800))
+            return 0
         print(os.path.join(ROOT, module.RUNNER))
         return 0
     if command == "aggregate" and args:

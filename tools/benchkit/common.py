@@ -4,6 +4,7 @@ preamble and the gnuplot runner.
 
 A scenario module (benchkit/scenarios/NAME.py) imports from here; nothing here knows a scenario by name.
 """
+import json
 import math
 import os
 import re
@@ -130,6 +131,16 @@ def spread(d, key):
     d = d if isinstance(d, Tracked) else Tracked(d)
     s = d.get("samples", Tracked({}, "samples.", d.last)).numbers(key)
     return (min(s), max(s)) if s else None
+
+
+def write_results(out, r):
+    """Writes the results object `r` to the file `out` (through out.tmp, so a reader never sees half of it) and
+    prints it without its per-round samples: what an aggregate() of a scenario module ends with."""
+    with open(out + ".tmp", "w") as f:
+        json.dump(r, f, indent=2)
+        f.write("\n")
+    os.replace(out + ".tmp", out)
+    print(json.dumps({k: v for k, v in r.items() if k != "samples"}, indent=2))
 
 
 # --- checking the results' fields ---------------------------------------------------------------------------

@@ -44,8 +44,9 @@ enum class completion_mode : std::uint8_t {
              ///< executor is called directly, as Asio calls its own I/O operations' handlers
 };
 
-/// Where a node is in its life.
-enum class node_state : std::uint8_t { waiting_credit, posted, done };
+/// Where a node is in its life: waiting for a send- or receive-queue credit; holding one in its queue pair's
+/// list of the running dispatch turn, not posted yet (`batched`); posted; completed.
+enum class node_state : std::uint8_t { waiting_credit, batched, posted, done };
 
 /// Base of every operation: its address is the wr_id of the (last) work request it posts.
 struct wr_node {
@@ -56,11 +57,12 @@ struct wr_node {
   complete_fn complete = nullptr;
   queue_pair_impl* qp = nullptr;
   shared_receive_queue_impl* srq = nullptr;  // set instead of `qp` for a shared receive queue's operations
-  wr_node* next = nullptr;  // credit wait queue (FIFO)
+  wr_node* next = nullptr;  // credit wait queue, turn list, or posted send requests (FIFOs of the queue pair)
   wr_node* prev = nullptr;  // a shared receive queue's list of posted receives (with `next`)
   node_state state = node_state::waiting_credit;
   bool is_recv = false;
   bool cancelled = false;  // terminal cancellation requested while posted
+  bool signaled = true;    // its (last) work request asks for a completion; false inside a posted list
   /// Work requests this operation posts (a chain: wr.send -> chain[0]). Each holds a send-queue credit
   /// and is signaled with wr_id = this node; the operation completes with its last completion, reporting
   /// the first error of the chain.

@@ -4,6 +4,7 @@
 
 #include "dataplane/ops/work_request.hpp"
 #include "dataplane/qp_impl.hpp"
+#include "dataplane/srq_impl.hpp"
 
 #include <arpa/inet.h>
 
@@ -66,10 +67,10 @@ error_code scatter_gather_rdma_op::prepare(queue_pair_impl* qp, wr_node& n) cons
   return {};
 }
 
-error_code scatter_recv_op::prepare(queue_pair_impl* qp, wr_node& n) const {
-  if (qp->srq_) return errc::receive_queue_is_shared;
-  std::size_t entries = 0, total = 0;
-  if (error_code ec = fill_list(n, bufs, qp->options_.max_recv_sge, max_message, entries, total)) return ec;
+namespace {
+
+/// Fills the receive work request of `n` over its list `n.sg` (`entries` spans, `total` bytes).
+void fill_recv_list(wr_node& n, std::size_t entries, std::size_t total) noexcept {
   n.is_recv = true;
   n.sge = {0, static_cast<std::uint32_t>(total), 0};
   ibv_recv_wr& wr = n.wr.recv;
@@ -77,6 +78,22 @@ error_code scatter_recv_op::prepare(queue_pair_impl* qp, wr_node& n) const {
   wr.wr_id = reinterpret_cast<std::uintptr_t>(&n);
   wr.sg_list = n.sg;
   wr.num_sge = static_cast<int>(entries);
+}
+
+}  // namespace
+
+error_code scatter_recv_op::prepare(queue_pair_impl* qp, wr_node& n) const {
+  if (qp->srq_) return errc::receive_queue_is_shared;
+  std::size_t entries = 0, total = 0;
+  if (error_code ec = fill_list(n, bufs, qp->options_.max_recv_sge, max_message, entries, total)) return ec;
+  fill_recv_list(n, entries, total);
+  return {};
+}
+
+error_code scatter_srq_recv_op::prepare(shared_receive_queue_impl* srq, wr_node& n) const {
+  std::size_t entries = 0, total = 0;
+  if (error_code ec = fill_list(n, bufs, srq->options_.max_sge, max_message, entries, total)) return ec;
+  fill_recv_list(n, entries, total);
   return {};
 }
 

@@ -8,7 +8,7 @@ import json
 import os
 import statistics
 
-from ..common import BLUE, GNUPLOT_HEAD, GREY, ORANGE, RED, Table, num, run_line, size_name
+from ..common import BLUE, GNUPLOT_HEAD, GREY, ORANGE, RED, Table, num, run_line, size_name, write_results
 
 TITLE = "Fairness: a timer beside a busy completion queue"
 OLD_TITLES = ()
@@ -96,8 +96,4 @@ def aggregate(argv):
             r[k] = v
     r["timer_lateness_p99_ms_busy"] = max(r["timer_lateness_p99_ms_read"], r["timer_lateness_p99_ms_write"])
     r["samples"] = samples
-    with open(out + ".tmp", "w") as f:
-        json.dump(r, f, indent=2)
-        f.write("\n")
-    os.replace(out + ".tmp", out)
-    print(json.dumps({k: v for k, v in r.items() if k != "samples"}, indent=2))
+    write_results(out, r)

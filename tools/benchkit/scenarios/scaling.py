@@ -9,7 +9,7 @@ import os
 import statistics
 import sys
 
-from ..common import BLUE, GNUPLOT_HEAD, ORANGE, Table, num, run_line, size_name
+from ..common import BLUE, GNUPLOT_HEAD, ORANGE, Table, num, run_line, size_name, write_results
 
 TITLE = "Scaling: one event loop against two"
 OLD_TITLES = ()
@@ -155,8 +155,4 @@ def aggregate(argv):
     r["scaling_2_over_1"] = r["scaling_2_over_1_write"]
     r["scaling_ceiling"] = r["scaling_ceiling_write"]
     r["samples"] = samples
-    with open(out + ".tmp", "w") as f:
-        json.dump(r, f, indent=2)
-        f.write("\n")
-    os.replace(out + ".tmp", out)
-    print(json.dumps({k: v for k, v in r.items() if k != "samples"}, indent=2))
+    write_results(out, r)

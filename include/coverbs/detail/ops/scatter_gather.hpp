@@ -6,6 +6,7 @@
 #include <coverbs/buffer.hpp>
 #include <coverbs/detail/ops/recv_op.hpp>
 #include <coverbs/detail/ops/results.hpp>
+#include <coverbs/detail/ops/srq_recv_op.hpp>
 
 #include <array>
 #include <cstdint>
@@ -56,6 +57,14 @@ struct scatter_recv_op {
   span_list bufs;
   /// `errc::receive_queue_is_shared`, `errc::too_many_spans`, `errc::message_too_long` before posting.
   error_code prepare(queue_pair_impl* qp, wr_node& n) const;
+};
+
+/// A shared receive queue's receive scattered into several spans, filled in order.
+struct scatter_srq_recv_op {
+  using completion = srq_recv_op::completion;
+  span_list bufs;
+  /// `errc::too_many_spans` (above `srq_options::max_sge`), `errc::message_too_long` before posting.
+  error_code prepare(shared_receive_queue_impl* srq, wr_node& n) const;
 };
 
 }  // namespace coverbs::detail

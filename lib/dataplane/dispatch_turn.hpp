@@ -1,0 +1,54 @@
+#pragma once
+// Private to lib/: the dispatch turn running on this thread, and the queue pairs whose send requests it holds
+// back until it ends (doorbell batching; queue_pair.hpp, "When a request is posted").
+
+#include <cstddef>
+
+namespace coverbs::detail {
+
+class queue_pair_impl;
+
+/// One dispatch turn of a completion queue (cq_impl::drain), as a scope on the stack of the thread that runs it.
+/// While it lives, a send-queue operation initiated on this thread joins its queue pair's list
+/// (queue_pair_impl::batch_) instead of being posted; the queue pair enrolls here once per turn. When the turn
+/// ends — normally or through a handler's exception — every enrolled queue pair posts its list, one
+/// ibv_post_send each. Turns nest (a handler calling completion_queue::poll): a queue pair stays with the
+/// turn it enrolled in, so its list keeps posting order.
+class dispatch_turn {
+public:
+  dispatch_turn() noexcept;
+  ~dispatch_turn();
+  dispatch_turn(const dispatch_turn&) = delete;
+  dispatch_turn& operator=(const dispatch_turn&) = delete;
+
+  /// Posts every enrolled queue pair's list now; returns how many queue pairs posted (0: the turn's
+  /// handlers initiated no send request). The turn goes on: later initiations enroll again.
+  std::size_t end() noexcept;
+  /// The innermost turn running on this thread, or null (an initiating function called outside any turn).
+  static dispatch_turn* current() noexcept { return running_; }
+  /// Adds `qp` (not enrolled in any turn: `qp.turn_` null) to the queue pairs posted when this turn ends.
+  inline void enroll(queue_pair_impl& qp) noexcept;
+  /// Removes `qp` (a queue pair being destroyed during the turn) without posting its list.
+  void withdraw(queue_pair_impl& qp) noexcept;
+
+private:
+  // initial-exec: the data path reads it once per operation; a call to __tls_get_addr would cost more than
+  // the rest of the check.
+  [[gnu::tls_model("initial-exec")]] static thread_local dispatch_turn* running_;
+  queue_pair_impl* head_ = nullptr;  // linked through queue_pair_impl::turn_next_
+  dispatch_turn* outer_;
+};
+
+}  // namespace coverbs::detail
+
+#include "dataplane/qp_impl.hpp"
+
+namespace coverbs::detail {
+
+inline void dispatch_turn::enroll(queue_pair_impl& qp) noexcept {
+  qp.turn_ = this;
+  qp.turn_next_ = head_;
+  head_ = &qp;
+}
+
+}  // namespace coverbs::detail
