@@ -13,14 +13,17 @@
 /// - Initiated outside a dispatch turn (from `main`, a timer's or a socket's handler, a posted function): the
 ///   request is posted at once, alone and signaled — a lone operation is never held back.
 /// - Initiated inside a dispatch turn — by a completion handler the completion queue runs, or a coroutine that
-///   handler resumes — a send-queue request joins its queue pair's list, which is posted when the turn has
-///   handled every completion in the queue or reached `max_completions_per_turn`, as one linked list in one
-///   `ibv_post_send` (one doorbell) with only its last request signaled; the turn then polls again if it has
-///   room. A list holds at most min(32, max(1, max_send_wr / 2)) requests (a full one is posted at once), so
-///   the send queue never holds more unsignaled requests than that in a row and never overruns (credits are
-///   taken when a request joins the list). Receives, rebind chains and type-1 binds (`ibv_bind_mw`) are
-///   posted at once, after the list the turn holds for their queue pair, so the send queue keeps initiation
-///   order.
+///   handler resumes — a send-queue request joins its queue pair's list, which is posted before the turn
+///   polls the completion queue again (once the handlers of the completions it polled have run) and when the
+///   turn ends, as one linked list in one `ibv_post_send` (one doorbell) with only its last request signaled.
+///   A list holds at most min(32, max(1, max_send_wr / 2)) requests (a full one is posted at once), so the send
+///   queue never holds more unsignaled requests than that in a row and never overruns (credits are taken when
+///   a request joins the list). Rebind chains and type-1 binds (`ibv_bind_mw`) are posted at once, after the
+///   list the turn holds for their queue pair, so the send queue keeps initiation order; receives are posted at
+///   once (the receive queue keeps its own order). A handler that polls a completion queue in place
+///   (`completion_queue::poll`) posts every list first, so it can wait in place for its own request; one that
+///   runs another `io_context` in place (`poll`, `run_one`) leaves the requests that loop's handlers initiate
+///   in the lists until its own turn polls again or ends.
 /// - An RC send queue completes in order: when a signaled request completes, every unsignaled request posted
 ///   before it has completed too. Their handlers run then, in posting order, each exactly once, and their
 ///   credits come back then. A handler may rely on: every operation initiated earlier on the same queue pair

@@ -325,6 +325,7 @@ std::size_t cq_impl::drain(bool may_dispatch, std::size_t limit) {
   // Send requests the handlers initiate are held back in their queue pairs' lists and posted before the queue
   // is polled again, and when the turn ends: one list per queue pair for the handlers of one polled batch
   // (dispatch_turn.hpp). The poll that follows the posting finds what completed meanwhile in this turn.
+  dispatch_turn::end_all();  // a nested turn: what the handler around it initiated goes first
   dispatch_turn turn;
   while (n < limit && !closed_) {
     if (batch_pos_ == batch_len_) turn.end();

@@ -12,8 +12,9 @@ class queue_pair_impl;
 /// While it lives, a send-queue operation initiated on this thread joins its queue pair's list
 /// (queue_pair_impl::batch_) instead of being posted; the queue pair enrolls here once per turn. When the turn
 /// ends — normally or through a handler's exception — every enrolled queue pair posts its list, one
-/// ibv_post_send each. Turns nest (a handler calling completion_queue::poll): a queue pair stays with the
-/// turn it enrolled in, so its list keeps posting order.
+/// ibv_post_send each. Turns nest (a handler calling completion_queue::poll): a nested turn first posts the
+/// lists of the turns around it (`end_all`), so a handler that waits in place for its own request sees it
+/// complete.
 class dispatch_turn {
 public:
   dispatch_turn() noexcept;
@@ -26,6 +27,12 @@ public:
   std::size_t end() noexcept;
   /// The innermost turn running on this thread, or null (an initiating function called outside any turn).
   static dispatch_turn* current() noexcept { return running_; }
+  /// Posts the lists of every turn running on this thread (a nested turn is about to poll: what a handler
+  /// initiated before polling in place must reach the device first).
+  static void end_all() noexcept {
+    for (dispatch_turn* t = running_; t; t = t->outer_)
+      t->end();
+  }
   /// Adds `qp` (not enrolled in any turn: `qp.turn_` null) to the queue pairs posted when this turn ends.
   inline void enroll(queue_pair_impl& qp) noexcept;
   /// Removes `qp` (a queue pair being destroyed during the turn) without posting its list.

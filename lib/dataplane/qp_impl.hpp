@@ -100,6 +100,8 @@ public:
   // The send queue's posting rule (send_queue.cpp; queue_pair.hpp, "When a request is posted").
   node_fifo batch_;  // send operations of the running turn, credits taken, not posted yet
   node_fifo sent_;   // posted send operations in posting order: the queue completes them in this order
+  node_fifo retired_;  // completed send operations whose handlers have yet to run, in posting order
+  bool* destroyed_ = nullptr;  // set by the destructor for the innermost run_retired() running
   std::uint32_t batch_cap_ = 1;            // the longest list one ibv_post_send carries
   dispatch_turn* turn_ = nullptr;          // the turn this queue pair is enrolled in while `batch_` fills
   queue_pair_impl* turn_next_ = nullptr;   // the next queue pair enrolled in `turn_`
@@ -116,6 +118,8 @@ private:
   /// A send completion for `n`: retires every operation posted before it (completed, unsignaled) into
   /// `retired` and gives back their credits. send_queue.cpp.
   void retire_before(const wr_node* n, node_fifo& retired) noexcept;
+  /// Runs the handlers of `retired_`, in order, until it is empty.
+  void run_retired(completion_mode mode);
   void pump(work_queue& q);
   /// Fails every operation not posted yet (waiting for a credit, or in `batch_`) with wr_flush_err, once
   /// every request posted on its queue has completed (`work_queue::flushed`): handlers keep initiation order.

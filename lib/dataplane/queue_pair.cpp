@@ -81,6 +81,19 @@ void explain_inline_refusal(ibv_pd* pd, ibv_qp_init_attr init) {
 
 }  // namespace
 
+namespace {
+
+/// Completes `n` (its last completion arrived, or it was retired by a later one) with `ec`, reported
+/// operation_aborted when a terminal cancellation moved the queue pair to the error state for it.
+void finish(wr_node* n, error_code ec, const ibv_wc* wc, completion_mode mode) {
+  if (ec && n->cancelled) ec = boost::asio::error::operation_aborted;
+  if (n->on_complete) n->on_complete(n, ec);
+  n->state = node_state::done;
+  n->complete(n, ec, wc, mode);
+}
+
+}  // namespace
+
 // --- queue_pair_impl ---
 
 queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq, const queue_pair_options& options)
@@ -190,6 +203,10 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
 queue_pair_impl::~queue_pair_impl() {
   if (!qp_) return;
   if (turn_) turn_->withdraw(*this);  // destroyed inside a dispatch turn: its list is failed below, not posted
+  // Destroyed by a retired operation's handler: the others are complete; their handlers are posted.
+  if (destroyed_) *destroyed_ = true;
+  while (wr_node* a = retired_.pop())
+    finish(a, a->first_error, nullptr, completion_mode::post);
   // First: from here on no device event touches this queue pair from another thread.
   unregister_qp(registration_);
   unlink_windows_from(qp_->context, qp_->qp_num);  // its number may be reused: its windows are nobody's now
@@ -282,24 +299,10 @@ void queue_pair_impl::fail_flushed(work_queue& q) {
     fail(n, make_error_code(wc_errc::wr_flush_err));
 }
 
-namespace {
-
-/// Completes `n` (its last completion arrived, or it was retired by a later one) with `ec`, reported
-/// operation_aborted when a terminal cancellation moved the queue pair to the error state for it.
-void finish(wr_node* n, error_code ec, const ibv_wc* wc, completion_mode mode) {
-  if (ec && n->cancelled) ec = boost::asio::error::operation_aborted;
-  if (n->on_complete) n->on_complete(n, ec);
-  n->state = node_state::done;
-  n->complete(n, ec, wc, mode);
-}
-
-}  // namespace
-
 void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, completion_mode mode) {
   work_queue& q = queue_of(n);
   // Requests posted before a send completion's, unsignaled, have completed: retired first, in order.
-  node_fifo retired;
-  if (!n->is_recv && sent_.head != n) retire_before(n, retired);
+  if (!n->is_recv && sent_.head != n) retire_before(n, retired_);
   ++q.credits;
   --q.outstanding;
   const error_code status = make_error_code(wc.status);
@@ -320,7 +323,7 @@ void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, completion_mod
   if (!q.waiting.empty()) pump(q);
   const bool last = --n->pending == 0;  // else more of the chain to come
   if (last) {
-    if (!n->is_recv) sent_.pop();  // `n` heads the list now
+    if (!n->is_recv) retired_.push(sent_.pop());  // `n` headed the list: its handler runs after those before it
     // Complete from here on: a retired operation's handler that cancels `n` (the first of `a || b`, both in
     // one list) finds it done, and `n` gets its real result.
     n->state = node_state::done;
@@ -329,18 +332,37 @@ void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, completion_mod
   // those of this turn (initiation order).
   if (q.outstanding == 0 && !q.flushed.empty()) [[unlikely]]
     fail_flushed(q);
-  // Handlers run last: one of them may destroy this queue pair. If one throws (run in place), the rest are
-  // posted, and the exception leaves through the completion queue's turn.
+  // Handlers run last: one of them may destroy this queue pair.
+  if (!n->is_recv) return run_retired(mode);
+  if (last) finish(n, n->first_error, &wc, mode);
+}
+
+void queue_pair_impl::run_retired(completion_mode mode) {
+  // `retired_` is the queue pair's, not this call's: a handler that polls the completion queue in place (a
+  // nested turn) runs the rest of it first, in order, before the handlers of what completed later. If a
+  // handler destroys the queue pair, its destructor posts the rest and sets `destroyed` (for every nested
+  // call). If one throws (run in place), the rest are posted, and the exception leaves through the turn.
+  bool destroyed = false;
+  bool* const outer = std::exchange(destroyed_, &destroyed);
   try {
-    while (wr_node* a = retired.pop())
-      finish(a, {}, nullptr, mode);
+    while (wr_node* a = retired_.pop()) {
+      finish(a, a->first_error, nullptr, mode);  // a send's result needs no work completion (ops/results.hpp)
+      if (destroyed) {
+        if (outer) *outer = true;
+        return;
+      }
+    }
   } catch (...) {
-    while (wr_node* a = retired.pop())
-      finish(a, {}, nullptr, completion_mode::post);
-    if (last) finish(n, n->first_error, &wc, completion_mode::post);
+    if (destroyed) {
+      if (outer) *outer = true;
+      throw;
+    }
+    destroyed_ = outer;
+    while (wr_node* a = retired_.pop())
+      finish(a, a->first_error, nullptr, completion_mode::post);
     throw;
   }
-  if (last) finish(n, n->first_error, &wc, mode);
+  destroyed_ = outer;
 }
 
 void queue_pair_impl::cancel(wr_node* n, boost::asio::cancellation_type type) {

@@ -42,24 +42,30 @@ void queue_pair_impl::post_recv_now(wr_node* n) {
 
 void queue_pair_impl::post_send_now(wr_node* n) {
   n->pending = n->credits;
-  n->signaled = true;
   int rc;
-  if (n->post) {
+  ibv_send_wr* bad = nullptr;
+  if (n->post)
     rc = n->post(qp_, n);
-  } else {
-    ibv_send_wr* bad = nullptr;
+  else
     rc = ibv_post_send(qp_, &n->wr.send, &bad);
-  }
   if (rc != 0) {
-    sq_.credits += n->credits;
-    return fail(n, verbs_status_result(rc));
+    // A chain whose first request was posted (`bad` names the second) must wait for that one's completion:
+    // the node is its wr_id. It completes then, with the verb's error.
+    std::uint32_t posted = 0;
+    if (bad && bad != &n->wr.send)
+      for (const ibv_send_wr* w = &n->wr.send; w && w != bad; w = w->next)
+        ++posted;
+    sq_.credits += n->credits - posted;
+    if (posted == 0) return fail(n, verbs_status_result(rc));
+    n->first_error = verbs_status_result(rc);
+    n->pending = posted;
   }
   ++send_cq_->stats_.send_doorbells;
-  send_cq_->stats_.send_requests += n->credits;
+  send_cq_->stats_.send_requests += n->pending;
   n->state = node_state::posted;
   sent_.push(n);
-  sq_.outstanding += n->credits;
-  send_cq_->work_started(n->credits);
+  sq_.outstanding += n->pending;
+  send_cq_->work_started(n->pending);
 }
 
 void queue_pair_impl::post_batch() noexcept {
@@ -72,11 +78,9 @@ void queue_pair_impl::post_batch() noexcept {
     if (p->next) {
       wr.next = &p->next->wr.send;
       wr.send_flags &= ~static_cast<unsigned>(IBV_SEND_SIGNALED);
-      p->signaled = false;
     } else {
       wr.next = nullptr;
       wr.send_flags |= IBV_SEND_SIGNALED;
-      p->signaled = true;
     }
   }
   node_fifo list;
@@ -91,10 +95,12 @@ void queue_pair_impl::post_batch() noexcept {
     sent_.splice(list);
     return;
   }
-  // The requests from `bad` on were not posted. Validation happens before a request joins a list, and credits
-  // keep the queue from overflowing, so a provider refuses only on its own failure; the requests posted
-  // before `bad`, the last of them unsignaled, complete with the next signaled one or with the flush when
-  // the queue pair is destroyed.
+  // The requests from `bad` on were not posted; they fail with the verb's error. Validation happens before a
+  // request joins a list, and credits keep the queue from overflowing, so a provider refuses only on its own
+  // failure, at the first request (nothing posted) in every case known. Were a list cut in the middle, the
+  // requests posted before `bad`, the last of them unsignaled, would complete with the next signaled request
+  // of the queue pair; with none, they hold the queue pair's destructor for its 5 s and are leaked (it says
+  // so on stderr).
   std::size_t posted = 0;
   for (wr_node* p = list.head; p && &p->wr.send != bad; p = p->next)
     ++posted;

@@ -16,6 +16,8 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <memory>
+#include <utility>
 #include <vector>
 
 namespace cv = coverbs;
@@ -195,4 +197,67 @@ TEST_CASE("after a failure, operations never posted complete after the flushed o
     CHECK(results[static_cast<std::size_t>(i)] == cv::wc_errc::wr_flush_err);
   CHECK(rig.a.sends_outstanding() == 0);
   CHECK(rig.a.sends_waiting() == 0);
+}
+
+TEST_CASE("a handler that polls the completion queue in place sees its own write complete", "[soft][lists][nested]") {
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 64, 64);
+  bool done = false, waited = false;
+  rig.a.async_write(rig.local_span(8), rig.remote_key(8), [&](cv::error_code, std::size_t) {
+    rig.a.async_write(rig.local_span(8), rig.remote_key(8), [&](cv::error_code ec, std::size_t) {
+      CHECK_FALSE(ec);
+      done = true;
+    });
+    for (int i = 0; i < 100 && !done; ++i)
+      rig.cq.poll();  // a nested turn: the write this handler initiated is posted before it polls
+    waited = done;
+  });
+  run_all(io);
+  CHECK(waited);
+}
+
+TEST_CASE("a retired operation's handler that polls in place does not overtake the operations before it",
+          "[soft][lists][nested]") {
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 8, 64);  // lists of at most 4
+  std::vector<int> order;
+  std::vector<cv::error_code> results(8, cv::wc_errc::general_err);
+  rig.a.async_write(rig.local_span(8), rig.remote_key(8), [&](cv::error_code, std::size_t) {
+    // w1 w2 w3: one list; w1's handler (retired by w3's completion) starts w4..w7 (a full list, posted at
+    // once) and polls in place: w2 and w3 must still run before them.
+    rig.a.async_write(rig.local_span(8), rig.remote_key(8), [&](cv::error_code ec, std::size_t) {
+      order.push_back(1);
+      results[1] = ec;
+      start_writes(rig, 4, 4, order, results);
+      rig.cq.poll();
+    });
+    start_writes(rig, 2, 2, order, results);
+  });
+  run_all(io);
+  REQUIRE(order.size() == 7);
+  for (int i = 0; i < 7; ++i)
+    CHECK(order[static_cast<std::size_t>(i)] == i + 1);
+  for (int i = 1; i <= 7; ++i)
+    CHECK_FALSE(results[static_cast<std::size_t>(i)]);
+}
+
+TEST_CASE("a retired operation's handler may destroy its queue pair; the rest complete, posted", "[soft][lists]") {
+  asio::io_context io;
+  auto rig = std::make_unique<soft_verbs::soft_pair>(io, 64, 64);
+  std::vector<int> order;
+  std::vector<cv::error_code> results(5, cv::wc_errc::general_err);
+  rig->a.async_write(rig->local_span(8), rig->remote_key(8), [&](cv::error_code, std::size_t) {
+    rig->a.async_write(rig->local_span(8), rig->remote_key(8), [&](cv::error_code ec, std::size_t) {
+      order.push_back(1);
+      results[1] = ec;
+      { cv::queue_pair gone(std::move(rig->a)); }  // destroys the queue pair whose completion is being handled
+    });
+    start_writes(*rig, 2, 3, order, results);
+  });
+  run_all(io);
+  REQUIRE(order.size() == 4);
+  for (int i = 0; i < 4; ++i)
+    CHECK(order[static_cast<std::size_t>(i)] == i + 1);
+  for (int i = 1; i <= 4; ++i)
+    CHECK_FALSE(results[static_cast<std::size_t>(i)]);  // all four completed on the device before
 }

@@ -62,7 +62,6 @@ struct wr_node {
   node_state state = node_state::waiting_credit;
   bool is_recv = false;
   bool cancelled = false;  // terminal cancellation requested while posted
-  bool signaled = true;    // its (last) work request asks for a completion; false inside a posted list
   /// Work requests this operation posts (a chain: wr.send -> chain[0]). Each holds a send-queue credit
   /// and is signaled with wr_id = this node; the operation completes with its last completion, reporting
   /// the first error of the chain.
