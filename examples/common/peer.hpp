@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <tuple>
 #include <utility>
 
@@ -89,10 +90,17 @@ inline error_code cause(const error_code& ec, const coverbs::connection& conn) {
                  errc::cq_error})
     if (qp == e) return qp;
   const rdma_cm_id* id = conn.native_handle();
-  try {
-    if (id && id->port_num != 0 && !conn.get_device().query_port(id->port_num).active())
-      return coverbs::make_error_code(errc::port_error);
-  } catch (const coverbs::system_error&) {  // the device is gone: nothing more to say than `ec`
+  // rxe fails a request whose packet finds no route (the link just went down) with loc_qp_op_err, which can
+  // happen before the port's state says so: then the port gets up to 500 ms to catch up.
+  const bool unrouted = qp == coverbs::wc_errc::loc_qp_op_err || ec == coverbs::wc_errc::loc_qp_op_err;
+  for (int attempt = 0; attempt < (unrouted ? 10 : 1); ++attempt) {
+    if (attempt) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    try {
+      if (id && id->port_num != 0 && !conn.get_device().query_port(id->port_num).active())
+        return coverbs::make_error_code(errc::port_error);
+    } catch (const coverbs::system_error&) {  // the device is gone: nothing more to say than `ec`
+      return ec;
+    }
   }
   return ec;
 }

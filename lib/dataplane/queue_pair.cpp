@@ -405,7 +405,9 @@ void queue_pair_impl::to_error(const error_code& why) {
 
 void queue_pair_impl::on_async_error(const error_code& cause) {
   if (!cause) return;  // the queue pair was reset after the event: the notification is stale
-  if (!in_error_ || error_ == wc_errc::wr_flush_err) {
+  // The event is the cause of a flush, and of rxe's loc_qp_op_err for a packet that found no route (a link
+  // that went down before the port event was read).
+  if (!in_error_ || error_ == wc_errc::wr_flush_err || error_ == wc_errc::loc_qp_op_err) {
     in_error_ = true;
     error_ = cause;
   }
