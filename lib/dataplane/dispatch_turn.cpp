@@ -6,14 +6,7 @@ namespace coverbs::detail {
 
 thread_local dispatch_turn* dispatch_turn::running_ = nullptr;
 
-dispatch_turn::dispatch_turn() noexcept : outer_(running_) { running_ = this; }
-
-dispatch_turn::~dispatch_turn() {
-  end();
-  running_ = outer_;
-}
-
-std::size_t dispatch_turn::end() noexcept {
+std::size_t dispatch_turn::post_enrolled() noexcept {
   // Posting runs no handler: a request the device refuses completes through a posted handler.
   std::size_t n = 0;
   while (queue_pair_impl* qp = head_) {

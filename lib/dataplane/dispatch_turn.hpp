@@ -17,14 +17,17 @@ class queue_pair_impl;
 /// complete.
 class dispatch_turn {
 public:
-  dispatch_turn() noexcept;
-  ~dispatch_turn();
+  dispatch_turn() noexcept : outer_(running_) { running_ = this; }
+  ~dispatch_turn() {
+    end();
+    running_ = outer_;
+  }
   dispatch_turn(const dispatch_turn&) = delete;
   dispatch_turn& operator=(const dispatch_turn&) = delete;
 
   /// Posts every enrolled queue pair's list now; returns how many queue pairs posted (0: the turn's
   /// handlers initiated no send request). The turn goes on: later initiations enroll again.
-  std::size_t end() noexcept;
+  std::size_t end() noexcept { return head_ ? post_enrolled() : 0; }
   /// The innermost turn running on this thread, or null (an initiating function called outside any turn).
   static dispatch_turn* current() noexcept { return running_; }
   /// Posts the lists of every turn running on this thread (a nested turn is about to poll: what a handler
@@ -39,6 +42,8 @@ public:
   void withdraw(queue_pair_impl& qp) noexcept;
 
 private:
+  /// end() when a queue pair is enrolled (out of line: the turn's posting, rarer than the check).
+  std::size_t post_enrolled() noexcept;
   // initial-exec: the data path reads it once per operation; a call to __tls_get_addr would cost more than
   // the rest of the check.
   [[gnu::tls_model("initial-exec")]] static thread_local dispatch_turn* running_;

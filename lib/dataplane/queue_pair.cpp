@@ -322,8 +322,15 @@ void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, completion_mod
       if (!n->first_error) n->first_error = foreign;
   if (!q.waiting.empty()) pump(q);
   const bool last = --n->pending == 0;  // else more of the chain to come
+  bool alone = false;  // a send completing with no handler before it left to run: its handler runs directly
   if (last) {
-    if (!n->is_recv) retired_.push(sent_.pop());  // `n` headed the list: its handler runs after those before it
+    if (!n->is_recv) {
+      sent_.pop();  // `n` headed the list: its handler runs after those before it
+      if (retired_.empty())
+        alone = true;
+      else
+        retired_.push(n);
+    }
     // Complete from here on: a retired operation's handler that cancels `n` (the first of `a || b`, both in
     // one list) finds it done, and `n` gets its real result.
     n->state = node_state::done;
@@ -333,6 +340,7 @@ void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, completion_mod
   if (q.outstanding == 0 && !q.flushed.empty()) [[unlikely]]
     fail_flushed(q);
   // Handlers run last: one of them may destroy this queue pair.
+  if (alone) return finish(n, n->first_error, nullptr, mode);  // as run_retired() would, with nothing after it
   if (!n->is_recv) return run_retired(mode);
   if (last) finish(n, n->first_error, &wc, mode);
 }
