@@ -70,12 +70,6 @@ void queue_pair_impl::post_send_now(wr_node* n) {
 
 void queue_pair_impl::post_batch() noexcept {
   if (batch_.empty()) return;
-  if (batch_.size == 1) {  // a list of one: posted as a lone request is, signaled
-    wr_node* n = batch_.pop();
-    n->wr.send.next = nullptr;
-    n->wr.send.send_flags |= IBV_SEND_SIGNALED;
-    return post_send_now(n);
-  }
   // Link the list: every request unsignaled but the last.
   for (wr_node* p = batch_.head; p; p = p->next) {
     ibv_send_wr& wr = p->wr.send;
