@@ -17,22 +17,10 @@ namespace memory_pool {
 using clock_type = example::clock;
 using statistics::us_since;
 
-namespace {
-
-/// RNR NAK timer code 12 (0.64 ms) instead of rdma_cm's 0 (655.36 ms), on an established queue pair
-/// (RTS → RTS with IBV_QP_MIN_RNR_TIMER). @throws system_error with the errno of ibv_modify_qp(3).
-void shorten_rnr_timer(cv::queue_pair& qp) {
-  ibv_qp_attr attr{};
-  attr.min_rnr_timer = 12;
-  qp.modify(attr, IBV_QP_MIN_RNR_TIMER);
-}
-
-}  // namespace
-
 awaitable<std::unique_ptr<link>> open_link(const client_config& c, client_stats& st) {
   const auto ex = co_await asio::this_coro::executor;
   cv::connect_options o;
-  o.qp = small_queue_pair();
+  o.qp = small_queue_pair();  // its min_rnr_timer (default 12, 0.64 ms) applies from the connect on
   const auto t0 = clock_type::now();
   const example::command_line server{.mode = example::role::connect, .address = c.host, .port = c.port};
   // A refused connect is tried again for 10 s, but not for longer than half of --timeout; the last try's
@@ -46,7 +34,6 @@ awaitable<std::unique_ptr<link>> open_link(const client_config& c, client_stats&
   ++st.connections;
   auto l = std::make_unique<link>();
   l->conn = std::move(conn);
-  shorten_rnr_timer(l->conn.qp());
   l->size = c.size;
   l->memory.resize(2 * message_bytes + 2 * c.size);
   const auto t1 = clock_type::now();

@@ -27,8 +27,8 @@ using example::tuple;
 ///
 /// The first message on a connection is the server's hello, sent once the server's receive is posted; the
 /// client sends nothing before it. The client may post its own first receive only after registering its
-/// buffers, so it lowers its queue pair's RNR timer to 0.64 ms first (`shorten_rnr_timer`): a hello that
-/// arrives early is retried at once instead of after 655 ms.
+/// buffers; a hello that arrives before it is retried after the queue pair's `min_rnr_timer`
+/// (`queue_pair_options`, default 0.64 ms, set by the connect), not after rdma_cm's 655 ms.
 class receiver {
 public:
   using channel = asio::experimental::channel<void(cv::error_code, cv::received)>;

@@ -118,9 +118,8 @@ awaitable<std::unique_ptr<session>> open(const std::string& address, const std::
       throw std::runtime_error("connect to " + address + ":" + port + ": " + ec.message());
     co_await pause(200ms);
   }
-  ibv_qp_attr attr{};
-  attr.min_rnr_timer = 12;  // 0.64 ms: the hello may arrive before our receive is posted
-  s->conn.qp().modify(attr, IBV_QP_MIN_RNR_TIMER);
+  // The hello may arrive before our receive is posted: it is retried after connect_options' qp.min_rnr_timer
+  // (default 0.64 ms).
   s->mr = cv::memory_region(s->conn.pd(), s->memory, cv::access::local_write);
   s->post_receive();
   const auto ec = co_await s->next(30s);
