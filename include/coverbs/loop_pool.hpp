@@ -19,6 +19,10 @@
 /// }
 /// ```
 ///
+/// Per-member state: `emplace_state<T>(make)` makes one `T` per member, on that member's thread (for what
+/// must live on one loop: a `window_pool`, a cache of connections, counters), and a coroutine running
+/// there reaches it with `pool.current()->state<T>()`.
+///
 /// Placement: `next()` takes the members in turn; `least_loaded()` the one with the fewest leases alive
 /// (a lease is taken by `member::connection_options()` and held by the connection until it closes, or
 /// taken with `member::lease()` for queue pairs of your own).
@@ -27,8 +31,8 @@
 /// plus the completion queue its queue pairs must use.
 ///
 /// @par Thread Safety
-/// `next()`, `least_loaded()`, `size()`, `operator[]`, the members' accessors and `lease()` may be
-/// called from any thread. `run()`, `stop()`, `join()` and the destructor from one thread at a time,
+/// `next()`, `least_loaded()`, `size()`, `operator[]`, `pd()`, `emplace_state()`, the members' accessors and
+/// `lease()` may be called from any thread; `member::state()` / `find_state()` from that member's thread. `run()`, `stop()`, `join()` and the destructor from one thread at a time,
 /// never from a member's own thread (`join()` would wait for itself). A member's completion queue, and the
 /// queue pairs and connections on it, are used from that member's executor only; the shared protection
 /// domain and the device may be used from every member (see docs/programming-model.md for the table).
@@ -41,13 +45,19 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 
 #include <atomic>
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <type_traits>
+#include <typeindex>
+#include <typeinfo>
+#include <utility>
 #include <vector>
 
 namespace coverbs {
@@ -115,6 +125,24 @@ public:
       }
     }
 
+    /// This member's `T`, made by `loop_pool::emplace_state<T>`, or null when there is none (yet). From the
+    /// member's own thread (a handler or coroutine running on it), or while the pool is not running.
+    template <class T>
+    T* find_state() noexcept {
+      for (auto& [type, p] : states_)
+        if (type == std::type_index(typeid(T))) return static_cast<T*>(p.get());
+      return nullptr;
+    }
+    /// As `find_state`, but a missing state is an error.
+    /// @throws std::logic_error naming the type and the member when it has no such state.
+    template <class T>
+    T& state() {
+      if (T* p = find_state<T>()) return *p;
+      throw std::logic_error(std::string("loop_pool member ") + std::to_string(index_) + " has no state of type " +
+                             typeid(T).name() + ": call loop_pool::emplace_state<T> first (handlers posted to the " +
+                             "member after it returns see the state)");
+    }
+
   private:
     friend class loop_pool;
     /// An io_context whose queued handlers the pool can destroy before the completion queue goes.
@@ -133,6 +161,8 @@ public:
     std::thread thread_;
     std::atomic<std::thread::id> thread_id_{};
     std::shared_ptr<std::atomic<std::size_t>> load_ = std::make_shared<std::atomic<std::size_t>>(0);
+    /// Per-member user state by type, made and used on the member's thread; destroyed by the pool's destructor.
+    std::vector<std::pair<std::type_index, std::shared_ptr<void>>> states_;
 
   public:
     ~member();
@@ -159,6 +189,34 @@ public:
   member& least_loaded() noexcept;
   /// The member whose thread calls this, or null (e.g. from a thread outside the pool).
   member* current() noexcept;
+
+  /// The protection domain every member shares, without taking a lease: to register memory or make a
+  /// `window_pool` for all members. Any thread.
+  /// @throws std::logic_error when the pool has no device, or has one domain per member (`pd_per_loop`:
+  /// use `member::pd()`).
+  protection_domain& pd();
+
+  /// Makes one `T` per member by calling `make(member&)` on that member's thread (posted: it returns at once;
+  /// a member that is not running makes its `T` once `run()` starts it). Handlers and coroutines posted or
+  /// spawned on a member after this returns run after the `T` is made, and reach it with
+  /// `member::state<T>()` (from a coroutine: `pool.current()->state<T>()`). A second `emplace_state<T>`
+  /// replaces a member's `T`. The states are destroyed by the pool's destructor, after its threads have
+  /// stopped and the handlers still queued are gone, before the completion queues and domains, on the thread
+  /// that destroys the pool. An exception from `make` ends the process, as any handler's (see `run()`).
+  template <class T, class Make>
+  void emplace_state(Make make) {
+    for (auto& m : members_) {
+      boost::asio::post(m->get_executor(), [mp = m.get(), make]() mutable {
+        std::shared_ptr<void> p = std::make_shared<T>(make(*mp));
+        for (auto& [type, q] : mp->states_)
+          if (type == std::type_index(typeid(T))) {
+            q = std::move(p);
+            return;
+          }
+        mp->states_.emplace_back(std::type_index(typeid(T)), std::move(p));
+      });
+    }
+  }
 
   /// Starts one thread per member running its io_context (members already running are left alone) and
   /// returns. A work guard keeps every member's `run()` from returning while it is idle, until `stop()`.

@@ -58,6 +58,7 @@ loop_pool::~loop_pool() {
     m->work_.reset();
     m->io_->destroy_handlers();
   }
+  for (auto& m : members_) m->states_.clear();  // they may hold queue pairs on the member's queue
   for (auto& m : members_) m->cq_.reset();
   for (auto& m : members_) m->own_pd_.reset();
   shared_pd_.reset();
@@ -81,6 +82,15 @@ loop_pool::member& loop_pool::least_loaded() noexcept {
     }
   }
   return *best;
+}
+
+protection_domain& loop_pool::pd() {
+  if (shared_pd_) return *shared_pd_;
+  if (!members_.empty() && members_.front()->has_device())
+    throw std::logic_error("loop_pool::pd(): this pool has one protection domain per member (pd_per_loop); use "
+                           "member::pd(), or make the pool without pd_per_loop to share one");
+  throw std::logic_error("loop_pool::pd(): this pool has no device, hence no protection domain; make it with "
+                         "loop_pool(device&, options)");
 }
 
 loop_pool::member* loop_pool::current() noexcept {

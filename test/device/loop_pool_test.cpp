@@ -4,6 +4,7 @@
 // destroyed with connections alive.
 #include <coverbs/cm.hpp>
 #include <coverbs/loop_pool.hpp>
+#include <coverbs/window_pool.hpp>
 
 #include "fixtures/completion.hpp"
 #include "fixtures/event_loop.hpp"
@@ -22,6 +23,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <future>
 #include <set>
 #include <thread>
 
@@ -316,4 +318,33 @@ TEST_CASE("destroying the pool with idle sessions alive destroys their connectio
     CHECK(*flushed[i].ec == cv::wc_errc::wr_flush_err);
     CHECK(peers[i].error() == cv::errc::connection_reset);
   }
+}
+
+TEST_CASE("pd() is the members' shared domain without a lease; per-member window pools made on their threads",
+          "[loop_pool]") {
+  cv::device dev = cv::device::open();
+  cv::loop_pool pool(dev, {.loops = 2});
+  CHECK(&pool.pd() == &pool[0].pd());
+  CHECK(&pool.pd() == &pool[1].pd());
+  CHECK(pool[0].load() == 0);  // no lease taken
+  CHECK(pool[1].load() == 0);
+  test_buffer buf(pool.pd(), 4096);  // memory registered once for every member
+
+  pool.emplace_state<cv::window_pool>([](cv::loop_pool::member& m) {
+    return cv::window_pool(m.pd(), {.initial_windows = 2});
+  });
+  pool.run();
+  for (std::size_t i = 0; i < pool.size(); ++i) {
+    auto& m = pool[i];
+    auto fut = asio::post(m.get_executor(), asio::use_future([&pool] {
+                            return pool.current()->state<cv::window_pool>().size();
+                          }));
+    REQUIRE(fut.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+    CHECK(fut.get() == 2);
+  }
+
+  cv::loop_pool per_loop(dev, {.loops = 2, .pd_per_loop = true});
+  CHECK(&per_loop[0].pd() != &per_loop[1].pd());
+  CHECK_THROWS_WITH(per_loop.pd(), Catch::Contains("one protection domain per member") &&
+                                       Catch::Contains("member::pd()"));
 }

@@ -12,6 +12,7 @@
 #include <future>
 #include <set>
 #include <thread>
+#include <tuple>
 
 namespace asio = boost::asio;
 namespace cv = coverbs;
@@ -139,4 +140,61 @@ TEST_CASE("executor_mismatch says what was wrong and how to fix it", "[loop_pool
   CHECK(ec.message().find("another executor") != std::string::npos);
   CHECK(ec.message().find("connection_options::cq") != std::string::npos);
   CHECK(ec.message().find("connection_options()") != std::string::npos);
+}
+
+namespace {
+/// Per-member state of a test: where it was made.
+struct member_state {
+  std::size_t index;
+  std::thread::id made_on;
+  std::shared_ptr<int> token;
+};
+}  // namespace
+
+TEST_CASE("emplace_state makes one T per member on that member's thread, reached from handlers run there",
+          "[loop_pool]") {
+  auto token = std::make_shared<int>(0);
+  {
+    cv::loop_pool pool({.loops = 3});
+    // Before run(): made once each member runs, before what is posted to it later.
+    pool.emplace_state<member_state>([token](cv::loop_pool::member& m) {
+      return member_state{m.index(), std::this_thread::get_id(), token};
+    });
+    pool.run();
+    for (std::size_t i = 0; i < 3; ++i) {
+      auto& m = pool[i];
+      const auto [index, made_on, self] = on(m, [&] {
+        auto& s = pool.current()->state<member_state>();
+        return std::tuple(s.index, s.made_on, std::this_thread::get_id());
+      });
+      CHECK(index == i);
+      CHECK(made_on == m.thread_id());
+      CHECK(self == made_on);
+    }
+    CHECK(token.use_count() == 4);
+    // A second emplace_state of the same type replaces each member's T.
+    pool.emplace_state<member_state>([](cv::loop_pool::member& m) {
+      return member_state{m.index() + 100, std::this_thread::get_id(), nullptr};
+    });
+    CHECK(on(pool[2], [&] { return pool[2].state<member_state>().index; }) == 102);
+    CHECK(token.use_count() == 1);
+    pool.emplace_state<member_state>([token](cv::loop_pool::member& m) {
+      return member_state{m.index(), std::this_thread::get_id(), token};
+    });
+    CHECK(on(pool[0], [&] { return pool[0].find_state<member_state>() != nullptr; }));
+  }
+  CHECK(token.use_count() == 1);  // destroyed with the pool
+}
+
+TEST_CASE("state<T>() of a type never emplaced says which member and what to call", "[loop_pool][error]") {
+  cv::loop_pool pool({.loops = 2});
+  CHECK(pool[1].find_state<member_state>() == nullptr);
+  CHECK_THROWS_WITH(pool[1].state<member_state>(),
+                    Catch::Contains("loop_pool member 1 has no state of type") &&
+                        Catch::Contains("call loop_pool::emplace_state<T> first"));
+}
+
+TEST_CASE("pd() of a pool without a device says how to get one", "[loop_pool][error]") {
+  cv::loop_pool pool({.loops = 1});
+  CHECK_THROWS_WITH(pool.pd(), Catch::Contains("no device") && Catch::Contains("loop_pool(device&, options)"));
 }
