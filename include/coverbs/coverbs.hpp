@@ -31,3 +31,12 @@
 #if defined(COVERBS_HAS_RDMACM)  // coverbs/config.hpp: built with librdmacm
 #include <coverbs/cm.hpp>
 #endif
+
+// The Asio pieces every guide snippet uses with coverbs' operations (completion tokens, spawning), so that
+// this one include is enough: asio::as_tuple, use_awaitable, deferred, co_spawn, detached, this_coro.
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
