@@ -6,9 +6,17 @@
 ///   queue pair transitions, disconnects, thread safety of the layer)
 /// - coverbs/listener.hpp: `listener`, `listener::async_accept`, `listener_options`, `listener_stats`
 /// - coverbs/connect.hpp: `async_connect`, `connect_options`
+/// - coverbs/datagram_resolve.hpp: `async_resolve_datagram_peer`, `datagram_peer`, `datagram_resolve_options`
+///   (the active side for datagram queue pairs)
+/// - coverbs/datagram_listener.hpp: `datagram_listener`, `datagram_listener_options`, `datagram_listener_stats`
+///   (the passive side)
+/// - coverbs/multicast.hpp: `async_join_multicast`, `multicast_membership`, `multicast_options`
 /// Needs coverbs built with librdmacm (`COVERBS_HAS_RDMACM` in coverbs/config.hpp).
 
 #include <coverbs/connect.hpp>
 #include <coverbs/connection.hpp>
 #include <coverbs/connection_options.hpp>
+#include <coverbs/datagram_listener.hpp>
+#include <coverbs/datagram_resolve.hpp>
 #include <coverbs/listener.hpp>
+#include <coverbs/multicast.hpp>

@@ -3,9 +3,11 @@
 /// Everything coverbs offers, in one include.
 #include <coverbs/config.hpp>
 #include <coverbs/access.hpp>
+#include <coverbs/address_handle.hpp>
 #include <coverbs/buffer.hpp>
 #include <coverbs/buffer_pool.hpp>
 #include <coverbs/completion_queue.hpp>
+#include <coverbs/datagram_queue_pair.hpp>
 #include <coverbs/device.hpp>
 #include <coverbs/device_event.hpp>
 #include <coverbs/device_events.hpp>

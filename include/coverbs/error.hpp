@@ -235,6 +235,29 @@ enum class errc : int {
   /// `queue_pair_options::max_send_sge` (sends, writes, reads) or `max_recv_sge` (receives), or more than
   /// `max_spans_per_operation`. Refused before posting; the queue pair stays healthy.
   too_many_spans,
+
+  // --- datagrams (datagram_queue_pair.hpp, address_handle.hpp) ---
+  /// A datagram longer than the path MTU (`datagram_queue_pair::max_datagram_size()`, the port's active MTU:
+  /// 1024 bytes on Soft-RoCE over a 1500-byte Ethernet MTU). A UD message is one packet; the device would drop
+  /// it and report success (IBA C10-93.1.1), so it is refused before posting; the queue pair stays healthy.
+  /// Equivalent to `boost::system::errc::message_size` (EMSGSIZE).
+  datagram_too_long,
+  /// A Q_Key with bit 31 set: a send's destination Q_Key (the device would silently use the queue pair's own
+  /// instead, IBA 10.2.5) or `datagram_options::qkey` (reserved for privileged queue pairs). Refused before
+  /// posting or creating. Equivalent to `boost::system::errc::invalid_argument`.
+  invalid_qkey,
+  /// A datagram's destination names no address handle, or one of another protection domain than the queue
+  /// pair's (IBA C10-10). Refused before posting. Equivalent to `boost::system::errc::invalid_argument`.
+  address_handle_mismatch,
+  /// A `datagram_listener` was given a queue pair whose Q_Key is not rdma_cm's (`rdma_cm_udp_qkey`): over IP
+  /// addresses rdma_cm answers every resolution with that Q_Key, whatever the queue pair's, so peers would
+  /// send datagrams its device drops. Equivalent to `boost::system::errc::invalid_argument`.
+  qkey_mismatch,
+  /// A send-queue operation (send, write, read, atomic, bind, invalidate) on a queue pair that has not reached
+  /// RTS since it was made or last reset: connect it first (`queue_pair::connect`, `connect_pair`, or an
+  /// rdma_cm connection). Refused before posting, so nothing reaches the device and the queue pair stays as it
+  /// was; receives are not affected. Equivalent to `boost::system::errc::not_connected` (ENOTCONN).
+  queue_pair_not_ready,
 };
 
 /// The category of `wc_errc` values; name "coverbs.wc".

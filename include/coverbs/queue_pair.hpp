@@ -35,7 +35,9 @@
 ///
 /// Send-queue credits: when the send (or receive) queue is full, an operation waits its turn in FIFO order
 /// instead of failing. A post that fails completes the handler with the verb's errno — never from inside
-/// the initiating function.
+/// the initiating function. A send-queue operation on a queue pair that has not reached RTS since it was
+/// created or reset (not yet connected) is refused before posting with `errc::queue_pair_not_ready`, the
+/// queue pair unchanged.
 ///
 /// Errors: a failed work completion is reported as its `wc_errc`. The first one moves the queue pair to the
 /// error state (IBA 10.8.3): every outstanding and every later operation then completes with
@@ -118,7 +120,11 @@ struct queue_pair_options {
   /// with retry_exc_err after (retry_cnt + 1) ACK timeouts (~0.5 s at timeout 14) even with rnr_retry 7.
   std::uint8_t retry_cnt = 6;
   std::uint8_t rnr_retry = 7;           ///< receiver-not-ready retries (7: infinite)
-  std::uint8_t min_rnr_timer = 12;      ///< RNR NAK timer code (12: 0.64 ms)
+  /// How long a peer waits before sending again a message that found no receive posted here (receiver not
+  /// ready, IBA 9.7.5.2.8): an RNR NAK timer code, 12 = 0.64 ms (1 = 0.01 ms .. 31 = 491.52 ms; 0 = 655.36 ms,
+  /// which rdma_cm would leave). Applied at INIT->RTR by `connect()` and by rdma_cm connections
+  /// (`connect_options::qp`, `listener_options::qp`): set it here rather than with a raw ibv_qp_attr.
+  std::uint8_t min_rnr_timer = 12;
   std::uint8_t max_rd_atomic = 0;       ///< outstanding reads/atomics as requester; 0: device maximum (<= 16)
   std::uint8_t max_dest_rd_atomic = 0;  ///< as responder; 0: device maximum (<= 16)
   /// What the peer may do to memory through this queue pair (qp_access_flags).

@@ -56,6 +56,15 @@ error_code parse_endpoint(std::string_view host, std::uint16_t port, sockaddr_st
   return errc::invalid_address;
 }
 
+error_code parse_active_endpoints(std::string_view host, std::string_view port, std::string_view source,
+                                  sockaddr_storage& dst, sockaddr_storage& src) {
+  std::uint16_t port_number = 0;
+  error_code ec = parse_port(port, port_number, false);
+  if (!ec) ec = parse_endpoint(host, port_number, dst);
+  if (!ec && !source.empty()) ec = parse_endpoint(source, 0, src);
+  return ec;
+}
+
 bool loopback_or_wildcard(const sockaddr_storage& a) {
   if (a.ss_family == AF_INET) {
     const std::uint32_t v4 = ntohl(reinterpret_cast<const sockaddr_in&>(a).sin_addr.s_addr);

@@ -19,6 +19,11 @@ error_code parse_port(std::string_view s, std::uint16_t& port, bool allow_zero);
 /// address. @return `errc::invalid_address`, `errc::link_local_needs_scope` or empty
 error_code parse_endpoint(std::string_view host, std::uint16_t port, sockaddr_storage& out);
 
+/// An active side's addresses: `host`:`port` into `dst`, and `source` (empty: none) into `src`.
+/// @return `errc::invalid_port_number`, `errc::invalid_address`, `errc::link_local_needs_scope` or empty
+error_code parse_active_endpoints(std::string_view host, std::string_view port, std::string_view source,
+                                  sockaddr_storage& dst, sockaddr_storage& src);
+
 /// A loopback or wildcard address: rdma_cm reaches it only on devices that resolve it themselves (InfiniBand).
 bool loopback_or_wildcard(const sockaddr_storage& a);
 

@@ -1,10 +1,9 @@
-// The public `listener`: binding and listening (rdma_bind_addr, rdma_listen, with what to do when they fail),
-// and its accessors over `listener_impl`.
+// The public `listener`: binding and listening (cm/listen.hpp), and its accessors over `listener_impl`.
 
 #include <coverbs/listener.hpp>
 
-#include "cm/address.hpp"
 #include "cm/event_channel.hpp"
+#include "cm/listen.hpp"
 #include "cm/listener_impl.hpp"
 
 #include <rdma/rdma_cma.h>
@@ -19,25 +18,10 @@ namespace coverbs {
 listener::listener(const executor_type& ex, std::string_view address, std::uint16_t port,
                    const listener_options& options)
     : impl_(std::make_shared<detail::listener_impl>(ex, options)) {
-  const std::string where = std::string(address.empty() ? "0.0.0.0" : address) + ":" + std::to_string(port);
-  sockaddr_storage a{};
-  throw_on_error(detail::parse_endpoint(address.empty() ? "0.0.0.0" : address, port, a), "listener(" + where + ")");
+  detail::listen_endpoint at = detail::parse_listen_endpoint(address, port);
   impl_->channel_ = std::make_unique<detail::cm_channel>(ex);
   impl_->enroll_in_context();
-  throw_on_error(verbs_errno_result(rdma_create_id(impl_->channel_->channel, &impl_->id_, impl_.get(), RDMA_PS_TCP)),
-                 "rdma_create_id");
-  if (const error_code ec = verbs_errno_result(rdma_bind_addr(impl_->id_, reinterpret_cast<sockaddr*>(&a)))) {
-    // The errno alone (EADDRNOTAVAIL, EADDRINUSE) leaves a user guessing; keep it, and say what to do.
-    std::string what = "rdma_bind_addr(" + where + ")";
-    if (ec == boost::system::errc::address_not_available)
-      what += ": no RDMA device has this address; listen on the address of an RDMA-capable interface "
-              "(`coverbs devices` lists each device's addresses) or on \"\" for all of them";
-    else if (ec == boost::system::errc::address_in_use)
-      what += ": another listener holds this port; choose another port, or 0 for one the system picks "
-              "(listener::local_port() tells which)";
-    throw system_error(ec, what);
-  }
-  throw_on_error(verbs_errno_result(rdma_listen(impl_->id_, options.backlog)), "rdma_listen(" + where + ")");
+  detail::listen_on(impl_->channel_->channel, impl_.get(), RDMA_PS_TCP, at, options.backlog, impl_->id_);
   if (impl_->id_->verbs) impl_->device_ = device::adopt(impl_->id_->verbs);
 }
 

@@ -1,6 +1,7 @@
-// The initiations of the rdma_cm operations (declared in coverbs/detail/cm_access.hpp): each checks its
-// arguments (failures complete at once, posted), then starts its operation — a connect on its connection's
-// executor, an accept at its listener, a disconnect on the connection.
+// The initiations of the rdma_cm operations (declared in coverbs/detail/cm_access.hpp and
+// coverbs/datagram_resolve.hpp): each checks its arguments (failures complete at once, posted), then starts
+// its operation — a connect on its connection's executor, an accept at its listener, a disconnect on the
+// connection, a datagram peer's resolution and a multicast join on the queue pair's executor.
 
 #include <coverbs/connect.hpp>
 #include <coverbs/detail/cm_access.hpp>
@@ -12,6 +13,8 @@
 #include "cm/connection_impl.hpp"
 #include "cm/handshake_op.hpp"
 #include "cm/listener_impl.hpp"
+#include "cm/multicast_impl.hpp"
+#include "cm/resolve_op.hpp"
 #include "dataplane/qp_impl.hpp"
 
 #include <boost/asio/dispatch.hpp>
@@ -19,6 +22,8 @@
 #include <boost/asio/execution/bad_executor.hpp>
 
 #include <rdma/rdma_cma.h>
+
+#include <netinet/in.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -31,17 +36,15 @@ namespace asio = boost::asio;
 namespace {
 constexpr std::size_t max_request_private_data = 56;  // IB CM REQ
 constexpr std::size_t max_reply_private_data = 196;   // IB CM REP
+constexpr std::size_t max_sidr_request_private_data = 216 - 36;  // IB CM SIDR REQ, less rdma_cm's header
 }  // namespace
 
 void start_connect(const asio::any_io_executor& ex, std::string_view host, std::string_view port,
                    const connect_options& options, connection_handler handler) {
   auto op = std::make_shared<connect_op>();
   op->handler.swap(handler);  // Asio 1.81: any_completion_handler's move assignment recurses endlessly
-  std::uint16_t port_number = 0;
   sockaddr_storage dst{}, src{};
-  error_code ec = parse_port(port, port_number, false);
-  if (!ec) ec = parse_endpoint(host, port_number, dst);
-  if (!ec && !options.source_address.empty()) ec = parse_endpoint(options.source_address, 0, src);
+  error_code ec = parse_active_endpoints(host, port, options.source_address, dst, src);
   if (!ec && options.private_data.size() > max_request_private_data) ec = errc::private_data_too_long;
   if (!ec && options.cq && options.cq->get_executor() != ex) ec = errc::executor_mismatch;
   op->io_ex = ex;
@@ -72,6 +75,69 @@ void start_connect(const asio::any_io_executor& ex, std::string_view host, std::
       c->start_timer(connect_timeout);
     } catch (...) {
       c->fail(current_error(), true);
+    }
+  });
+}
+
+void start_resolve_datagram_peer(protection_domain& pd, const datagram_queue_pair& via, std::string_view host,
+                                 std::string_view port, const datagram_resolve_options& options,
+                                 datagram_peer_handler handler) {
+  // No executor to complete on: thrown, as a disconnect of a connection that never was.
+  if (!via.native_handle())
+    throw system_error(errno_code(EBADF), "async_resolve_datagram_peer: the queue pair is empty (moved from)");
+  const asio::any_io_executor ex = via.get_executor();
+  auto op = std::make_shared<resolve_op>(ex);
+  op->handler.swap(handler);  // Asio 1.81: any_completion_handler's move assignment recurses endlessly
+  sockaddr_storage dst{}, src{};
+  error_code ec = parse_active_endpoints(host, port, options.source_address, dst, src);
+  if (!ec && options.private_data.size() > max_sidr_request_private_data) ec = errc::private_data_too_long;
+  if (!ec && !pd) ec = errno_code(EBADF);
+  if (!ec && via.native_handle()->pd != pd.native_handle()) ec = errc::address_handle_mismatch;
+  if (ec) return op->fail(ec, true);
+  op->pd_ = &pd;
+  op->port_ = via.port();
+  op->options_ = options;
+  op->loopback_dst_ = loopback_or_wildcard(dst);
+  install_cancellation(op);
+  asio::dispatch(ex, [op, dst, src, has_source = !options.source_address.empty()]() mutable {
+    try {
+      op->start(dst, has_source ? &src : nullptr, op->options_.resolve_address_timeout, op->options_.timeout);
+      op->phase_ = resolve_op::phase::resolving_address;
+    } catch (...) {
+      op->fail(current_error(), true);
+    }
+  });
+}
+
+void start_join_multicast(protection_domain& pd, datagram_queue_pair& via, std::string_view group,
+                          const multicast_options& options, multicast_handler handler) {
+  if (!via.native_handle())
+    throw system_error(errno_code(EBADF), "async_join_multicast: the queue pair is empty (moved from)");
+  const asio::any_io_executor ex = via.get_executor();
+  auto op = std::make_shared<multicast_impl>(ex);
+  op->handler.swap(handler);
+  sockaddr_storage src{};
+  error_code ec = parse_endpoint(group, 0, op->group_);
+  if (!ec && !options.source_address.empty()) ec = parse_endpoint(options.source_address, 0, src);
+  const auto& v4 = reinterpret_cast<const sockaddr_in&>(op->group_);
+  const auto& v6 = reinterpret_cast<const sockaddr_in6&>(op->group_);
+  if (!ec && !(op->group_.ss_family == AF_INET ? IN_MULTICAST(ntohl(v4.sin_addr.s_addr))
+                                                : IN6_IS_ADDR_MULTICAST(&v6.sin6_addr)))
+    ec = errc::invalid_address;
+  if (!ec && !pd) ec = errno_code(EBADF);
+  if (!ec && via.native_handle()->pd != pd.native_handle()) ec = errc::address_handle_mismatch;
+  if (ec) return op->fail(ec, true);
+  op->pd_ = &pd;
+  op->qp_ = via.native_handle();
+  op->port_ = via.port();
+  op->qp_qkey_ = via.qkey();
+  install_cancellation(op);
+  asio::dispatch(ex, [op, src, has_source = !options.source_address.empty(), options]() mutable {
+    try {
+      op->start(op->group_, has_source ? &src : nullptr, options.resolve_address_timeout, options.timeout);
+      op->phase_ = multicast_impl::phase::resolving_address;
+    } catch (...) {
+      op->fail(current_error(), true);
     }
   });
 }

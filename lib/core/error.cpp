@@ -94,6 +94,11 @@ boost::system::error_condition coverbs_category_impl::default_error_condition(in
   case errc::mw_bind_needs_writable_memory: return make_error_condition(sys::bad_address);
   case errc::device_limit_exceeded: return make_error_condition(sys::invalid_argument);
   case errc::userfaultfd_unavailable: return make_error_condition(sys::operation_not_permitted);
+  case errc::datagram_too_long: return make_error_condition(sys::message_size);
+  case errc::invalid_qkey:
+  case errc::address_handle_mismatch:
+  case errc::qkey_mismatch: return make_error_condition(sys::invalid_argument);
+  case errc::queue_pair_not_ready: return make_error_condition(sys::not_connected);
   default: return {ev, *this};
   }
 }
@@ -268,6 +273,29 @@ std::string coverbs_category_impl::message(int ev) const {
            "a queue pair's send and receive queues, and a connection's connection_options::cq, must be on the "
            "executor the connection is accepted or connected on (with a loop_pool, use that member's cq and "
            "executor, e.g. member::connection_options())";
+  case errc::datagram_too_long:
+    return "the datagram is longer than the path MTU (datagram_queue_pair::max_datagram_size(), the port's active "
+           "MTU; 1024 bytes on Soft-RoCE over Ethernet): a UD message is one packet, and the device would drop a "
+           "longer one while reporting success (IBA C10-93.1.1); nothing was posted and the queue pair stays "
+           "usable: split the payload into datagrams of at most max_datagram_size() bytes";
+  case errc::invalid_qkey:
+    return "the Q_Key has bit 31 set: such a destination Q_Key makes the device send the queue pair's own Q_Key "
+           "instead (IBA 10.2.5), and a queue pair's own is reserved for privileged ones; nothing was posted: use "
+           "the Q_Key the peer's queue pair has (datagram_queue_pair::qkey(), or rdma_cm's), below 0x80000000";
+  case errc::address_handle_mismatch:
+    return "the datagram's destination names no address handle, or one created in another protection domain "
+           "than the queue pair's (IBA C10-10); nothing was posted: create the address_handle in the queue "
+           "pair's protection domain and keep it alive until the send completes";
+  case errc::qkey_mismatch:
+    return "the queue pair's Q_Key is not rdma_cm's (0x01234567, RDMA_UDP_QKEY): rdma_cm answers a resolution "
+           "over IP addresses with that Q_Key whatever the queue pair has, so peers' datagrams would be dropped by "
+           "the device; create the datagram queue pairs a datagram_listener answers with "
+           "datagram_options::qkey = rdma_cm_udp_qkey (the default)";
+  case errc::queue_pair_not_ready:
+    return "the queue pair is not ready to send: it has not reached RTS since it was created or reset (a send, "
+           "write, read, atomic or window operation needs RTS); connect it first "
+           "(queue_pair::connect / connect_pair, or through rdma_cm: async_connect, listener::async_accept) — "
+           "nothing was posted";
   }
   return "unknown coverbs error " + std::to_string(ev);
 }

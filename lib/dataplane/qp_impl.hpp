@@ -14,8 +14,16 @@ namespace coverbs::detail {
 
 class cq_impl;
 class dispatch_turn;
+class grh_slots;
 struct qp_registration;
 class shared_receive_queue_impl;
+
+/// The transport of a queue pair and what only a datagram one has (datagram_queue_pair.cpp).
+struct qp_create {
+  ibv_qp_type type = IBV_QPT_RC;
+  std::uint32_t qkey = 0;        // UD: the queue pair's own Q_Key
+  std::uint16_t pkey_index = 0;  // UD: its partition key's index
+};
 
 /// A FIFO of nodes linked through wr_node::next.
 struct node_fifo {
@@ -63,7 +71,10 @@ struct work_queue {
 
 class queue_pair_impl {
 public:
-  queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq, const queue_pair_options& options);
+  /// A UD queue pair (`create.type`) also gets a GRH slot per receive (grh_slots.hpp), one more receive SGE
+  /// for it, and datagrams up to the port's active MTU (`max_message_`).
+  queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq, const queue_pair_options& options,
+                  const qp_create& create = {});
   ~queue_pair_impl();
 
   void start(wr_node* n, error_code ec);
@@ -74,6 +85,8 @@ public:
   void cancel(wr_node* n, boost::asio::cancellation_type type);
   /// Moves the queue pair to the error state (ibv_modify_qp IBV_QPS_ERR): the device flushes everything.
   void to_error(const error_code& why);
+  /// The verb of to_error alone (a failure is reported on stderr).
+  void modify_to_error() noexcept;
   /// A device event moved the queue pair to the error state (device_events.cpp): records `cause` as its
   /// error — replacing a wr_flush_err that flushed completions recorded first — and fails the operations
   /// waiting for a credit. Runs on the queue pair's executor.
@@ -81,6 +94,12 @@ public:
   /// queue_pair::reset: to RESET, forgetting the error; EBUSY (and the reason in `why`, if given) while
   /// requests are outstanding.
   error_code reset(std::string* why) noexcept;
+  /// A transition to `state` succeeded: RTS makes the queue pair ready to send, RESET/INIT/RTR not (others,
+  /// e.g. ERR or SQD, leave it as it was).
+  void note_state(ibv_qp_state state) noexcept {
+    if (state == IBV_QPS_RTS) ready_to_send_ = true;
+    else if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) ready_to_send_ = false;
+  }
 
   ibv_qp* qp_ = nullptr;
   cq_impl* send_cq_;
@@ -89,6 +108,11 @@ public:
   work_queue sq_, rq_;
   error_code error_;
   bool in_error_ = false;
+  /// Reached RTS since it was made or last reset (set by the transitions to RTS: connect, modify, a datagram
+  /// queue pair's constructor; cleared by reset and by a move back to RESET/INIT/RTR): until then a send-queue
+  /// operation is refused before posting (`errc::queue_pair_not_ready`), since a provider may refuse a list
+  /// without saying which requests it took (rxe answers EINVAL with bad_wr NULL).
+  bool ready_to_send_ = false;
   std::uint32_t max_inline_ = 0;
   std::size_t max_message_ = 0;  // sends, writes, reads: the port's max_msg_sz, at most 2^31
   bool atomics_ = false;
@@ -105,6 +129,11 @@ public:
   std::uint32_t batch_cap_ = 1;            // the longest list one ibv_post_send carries
   dispatch_turn* turn_ = nullptr;          // the turn this queue pair is enrolled in while `batch_` fills
   queue_pair_impl* turn_next_ = nullptr;   // the next queue pair enrolled in `turn_`
+  // A datagram queue pair's (datagram_queue_pair.hpp): three rules differ from RC. A failed send moves it to
+  // the error state (the device only stops its send queue); a receive carries no remote invalidation; a
+  // terminal cancellation of a posted request is ignored (the queue pair serves every peer).
+  qp_create create_;
+  std::unique_ptr<grh_slots> grh_;  // UD: where each posted receive's global route header lands
 
 private:
   work_queue& queue_of(const wr_node* n) noexcept { return n->is_recv ? rq_ : sq_; }

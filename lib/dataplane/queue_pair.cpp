@@ -3,6 +3,7 @@
 
 #include "dataplane/cq_impl.hpp"
 #include "dataplane/dispatch_turn.hpp"
+#include "dataplane/grh_slots.hpp"
 #include "verbs/device_internal.hpp"
 #include "dataplane/qp_impl.hpp"
 #include "events/qp_registry.hpp"
@@ -96,8 +97,9 @@ void finish(wr_node* n, error_code ec, const ibv_wc* wc, completion_mode mode) {
 
 // --- queue_pair_impl ---
 
-queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq, const queue_pair_options& options)
-    : send_cq_(&send_cq), recv_cq_(&recv_cq), options_(options) {
+queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq, const queue_pair_options& options,
+                                 const qp_create& create)
+    : send_cq_(&send_cq), recv_cq_(&recv_cq), options_(options), create_(create) {
   if (send_cq.executor_ != recv_cq.executor_)
     throw system_error(make_error_code(errc::executor_mismatch),
                        "queue_pair: the send and receive completion queues must share an executor");
@@ -143,6 +145,11 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
       options_.max_dest_rd_atomic = static_cast<std::uint8_t>(std::min(attr.max_qp_rd_atom, 16));
     port_ = query_port(context, options.port);
     max_message_ = port_.max_msg_sz ? std::min<std::size_t>(port_.max_msg_sz, max_message) : max_message;
+    const bool datagram = create.type == IBV_QPT_UD;
+    if (datagram) {
+      max_message_ = port_.active_mtu_bytes();  // one packet (IBA C10-93.1.1)
+      grh_ = std::make_unique<grh_slots>(pd, options_.max_recv_wr);
+    }
     if (options.gid_index >= 0) {
       const auto gids = query_gids(context, options.port);
       auto it = std::find_if(gids.begin(), gids.end(),
@@ -158,19 +165,19 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
     ibv_qp_init_attr init{};
     init.send_cq = send_cq.cq_;
     init.recv_cq = recv_cq.cq_;
-    init.qp_type = IBV_QPT_RC;
+    init.qp_type = create.type;
     init.sq_sig_all = 0;
     init.cap.max_send_wr = options.max_send_wr;
     init.cap.max_recv_wr = options_.max_recv_wr;
     init.cap.max_send_sge = options.max_send_sge;
-    init.cap.max_recv_sge = options_.max_recv_sge;
+    init.cap.max_recv_sge = options_.max_recv_sge + (datagram ? 1 : 0);  // + the GRH slot
     if (srq_) init.srq = srq_->srq_;
     init.cap.max_inline_data = options.max_inline_data;
     const ibv_qp_init_attr asked = init;
     qp_ = ibv_create_qp(pd, &init);
     const error_code created = verbs_null_result(qp_);
     if (created == boost::system::errc::invalid_argument) explain_inline_refusal(pd, asked);
-    throw_on_error(created, "ibv_create_qp(RC, max_send_wr=" + std::to_string(options.max_send_wr) +
+    throw_on_error(created, std::string("ibv_create_qp(") + (datagram ? "UD" : "RC") + ", max_send_wr=" + std::to_string(options.max_send_wr) +
                                                ", max_recv_wr=" + std::to_string(options.max_recv_wr) +
                                                ", max_inline_data=" + std::to_string(options.max_inline_data) + ")");
     // The provider may grant more than asked; credits follow what we asked for (the CQ reservation).
@@ -222,6 +229,7 @@ queue_pair_impl::~queue_pair_impl() {
                    "coverbs: queue pair %u: %zu send and %zu receive requests not flushed within 5 s; "
                    "the queue pair and their operations are leaked\n",
                    qp_->qp_num, sq_.outstanding, rq_.outstanding);
+      (void)grh_.release();  // the device may still write to it
       return;
     }
   }
@@ -262,6 +270,7 @@ void queue_pair_impl::fail(wr_node* n, error_code ec) {
 void queue_pair_impl::start(wr_node* n, error_code ec) {
   if (ec) return fail(n, ec);
   if (in_error_) return flush_after_posted(n);
+  if (!ready_to_send_ && !n->is_recv) return fail(n, errc::queue_pair_not_ready);
   work_queue& q = queue_of(n);
   if (!q.waiting.empty() || q.credits < n->credits) {
     n->state = node_state::waiting_credit;
@@ -312,12 +321,16 @@ void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, completion_mod
     // Flushed because a device event (e.g. the port went down) moved us to the error state: that is the cause.
     if (status == wc_errc::wr_flush_err)
       if (const error_code cause = registration_->pending_cause()) error_ = cause;
+    // A failed UD send stops only the send queue (SQE): coverbs' error model, which flushes the receives too,
+    // needs the error state.
+    if (create_.type != IBV_QPT_RC && !n->is_recv) [[unlikely]]
+      modify_to_error();
     fail_unposted();
   }
   if (status && !n->first_error) n->first_error = status;
   // A peer's send-with-invalidate killed one of our windows' keys: record it before any handler runs. A key
   // of a window not bound through this queue pair fails the receive (errc::foreign_remote_invalidation).
-  if (n->is_recv && !status && received_invalidation(wc))
+  if (n->is_recv && !status && received_invalidation(wc) && create_.type == IBV_QPT_RC)
     if (const error_code foreign = note_remote_invalidation(qp_->context, wc.invalidated_rkey, qp_->qp_num))
       if (!n->first_error) n->first_error = foreign;
   if (!q.waiting.empty()) pump(q);
@@ -389,6 +402,8 @@ void queue_pair_impl::cancel(wr_node* n, boost::asio::cancellation_type type) {
     return;
   }
   if (n->state == node_state::posted && (type & ct::terminal) != ct::none) {
+    // A datagram queue pair serves every peer: erroring it to recall one request would take them all down.
+    if (create_.type != IBV_QPT_RC) return;
     // Already complete: every completion it waits for — or one of a send request posted after it, which
     // retires it — has been taken from the completion queue (it is in the batch being dispatched), or is in
     // the queue now. Its handler gets its real result; nothing to do.
@@ -403,12 +418,16 @@ void queue_pair_impl::to_error(const error_code& why) {
     in_error_ = true;
     error_ = why;
   }
+  modify_to_error();
+  fail_unposted();
+}
+
+void queue_pair_impl::modify_to_error() noexcept {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_ERR;
   if (const error_code ec = verbs_status_result(ibv_modify_qp(qp_, &attr, IBV_QP_STATE)))
     std::fprintf(stderr, "coverbs: moving queue pair %u to the error state failed (%s)\n", qp_->qp_num,
                  ec.message().c_str());
-  fail_unposted();
 }
 
 void queue_pair_impl::on_async_error(const error_code& cause) {
@@ -445,6 +464,7 @@ error_code queue_pair_impl::reset(std::string* why) noexcept {
   // its way finds no cause and is dropped (on_async_error).
   registration_->cause.store(0);
   in_error_ = false;
+  ready_to_send_ = false;
   error_ = {};
   std::random_device rd;
   psn_ = rd() & 0xffffff;  // a fresh PSN: late packets of the old connection are not taken for new ones
@@ -534,6 +554,7 @@ void queue_pair::modify(ibv_qp_attr& attr, int mask, error_code& ec) noexcept {
     return;
   }
   ec = verbs_status_result(ibv_modify_qp(impl_->qp_, &attr, mask));
+  if (!ec && (mask & IBV_QP_STATE)) impl_->note_state(attr.qp_state);
 }
 
 void queue_pair::reset() {
@@ -597,6 +618,7 @@ const char* queue_pair::connect_steps(const queue_pair_address& remote, error_co
   if (!modify(rts,
               IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
     return "RTR->RTS";
+  q.note_state(IBV_QPS_RTS);
   return nullptr;
 }
 

@@ -3,6 +3,7 @@
 #include <coverbs/cm.hpp>
 
 #include "fixtures/event_loop.hpp"
+#include "fixtures/private_data.hpp"
 #include "fixtures/test_buffer.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -19,23 +20,14 @@ namespace cv = coverbs;
 using asio::awaitable;
 using asio::use_awaitable;
 using namespace boost::asio::experimental::awaitable_operators;
+using test::bytes_of;
+using test::prefix;
 using test::test_buffer;
 
 namespace {
 
 constexpr const char* address = "10.77.0.1";  // veth0, under rxe0
 constexpr auto as_tuple = asio::as_tuple(use_awaitable);
-
-std::vector<std::byte> bytes_of(std::string_view s) {
-  std::vector<std::byte> v(s.size());
-  std::memcpy(v.data(), s.data(), s.size());
-  return v;
-}
-
-/// The first `n` bytes of `data` (the transport may pad private data).
-std::string prefix(std::span<const std::byte> data, std::size_t n) {
-  return std::string(reinterpret_cast<const char*>(data.data()), std::min(n, data.size()));
-}
 
 /// A connection completed through a callback.
 struct accepted {

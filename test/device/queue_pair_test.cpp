@@ -314,15 +314,14 @@ TEST_CASE("the handler runs on its associated executor and is never called insid
                   }));
   CHECK_FALSE(called);
 
-  // A post that the verb refuses (the queue pair is not connected) completes through the handler too.
+  // A request refused before posting (the queue pair is not connected) completes through the handler too.
   cv::queue_pair unconnected(p.pd, p.cq);
   completion<std::size_t> refused;
   unconnected.async_write(local.span(0, 8), remote.key(), refused.handler());
   CHECK_FALSE(refused.done());
   REQUIRE(p.run_until([&] { return called && refused.done(); }));
   CHECK(in_strand);
-  CHECK(*refused.ec);
-  CHECK(refused.ec->category() == boost::system::system_category());
+  CHECK(*refused.ec == cv::errc::queue_pair_not_ready);
 }
 
 TEST_CASE("an operation waiting for a credit is cancelled at once; a posted one only terminally, after the flush",
@@ -792,4 +791,56 @@ TEST_CASE("a terminal cancellation of an operation whose completion is far back 
     CHECK(c.calls == 1);
   }
   check_healthy(p, local, remote);
+}
+
+// --- a queue pair that is not ready to send ---
+
+TEST_CASE("send-queue operations on a queue pair not yet in RTS are refused before posting, alone or in a turn's list",
+          "[qp][errors]") {
+  rc_pair p;
+  test_buffer local(p.pd, 64), remote(p.pd, 64);
+  cv::queue_pair fresh(p.pd, p.cq);  // RESET: never connected
+  completion<std::size_t> lone;
+  fresh.async_write(local.span(0, 8), remote.key(), lone.handler());
+  // Initiated inside a dispatch turn (from a completion handler), two sends go out as one list: rxe refuses a
+  // list on a queue pair below RTS with EINVAL and no bad_wr, so they must be refused before posting.
+  completion<std::size_t> first, second;
+  completion<std::size_t> trigger;
+  p.a.async_write(local.span(0, 8), remote.key(), [&](cv::error_code ec, std::size_t n) {
+    trigger.handler()(ec, n);
+    fresh.async_send(local.span(0, 4), first.handler());
+    fresh.async_send(local.span(4, 4), second.handler());
+  });
+  REQUIRE(p.run_until([&] { return lone.done() && trigger.done() && first.done() && second.done(); },
+                      std::chrono::seconds(10)));
+  CHECK(*lone.ec == cv::errc::queue_pair_not_ready);
+  CHECK(*first.ec == cv::errc::queue_pair_not_ready);
+  CHECK(*second.ec == cv::errc::queue_pair_not_ready);
+  CHECK(*lone.ec == boost::system::errc::not_connected);
+  CHECK(fresh.sends_outstanding() == 0);
+  CHECK_FALSE(fresh.error());  // refused, not failed: the queue pair is as healthy as before
+  CHECK(std::string(lone.ec->message()).find("connect it first") != std::string::npos);
+
+  // Once connected, sends work and receives are filled; after reset(), sends are refused again.
+  cv::queue_pair peer(p.pd, p.cq);
+  cv::connect_pair(fresh, peer);
+  test_buffer inbox(p.pd, 64);
+  completion<cv::received> got;
+  fresh.async_recv(inbox.span(0, 64), got.handler());
+  completion<std::size_t> sent;
+  completion<cv::received> peer_got;
+  test_buffer peer_inbox(p.pd, 64);
+  peer.async_recv(peer_inbox.span(0, 64), peer_got.handler());
+  fresh.async_send(local.span(0, 4), sent.handler());
+  completion<std::size_t> peer_sent;
+  peer.async_send(local.span(0, 3), peer_sent.handler());
+  REQUIRE(p.run_until([&] { return sent.done() && got.done() && peer_got.done() && peer_sent.done(); }));
+  CHECK_FALSE(*sent.ec);
+  CHECK_FALSE(*got.ec);
+  CHECK(got.value.bytes == 3);
+  fresh.reset();
+  completion<std::size_t> after_reset;
+  fresh.async_write(local.span(0, 8), remote.key(), after_reset.handler());
+  REQUIRE(p.run_until([&] { return after_reset.done(); }));
+  CHECK(*after_reset.ec == cv::errc::queue_pair_not_ready);
 }

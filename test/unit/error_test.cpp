@@ -49,6 +49,21 @@ TEST_CASE("limits are named: the device's limits compare as EINVAL, mw_bind on r
   CHECK(error_code(errc::message_too_long).message().find("max_msg_sz") != std::string::npos);
 }
 
+TEST_CASE("datagram refusals say what was wrong and compare as the errno they refine", "[error]") {
+  const error_code too_long = errc::datagram_too_long;
+  CHECK(too_long == boost::system::errc::message_size);
+  CHECK(too_long.message().find("max_datagram_size()") != std::string::npos);
+  CHECK(too_long.message().find("C10-93.1.1") != std::string::npos);
+  const error_code qkey = errc::invalid_qkey;
+  CHECK(qkey == boost::system::errc::invalid_argument);
+  CHECK(qkey.message().find("bit 31") != std::string::npos);
+  const error_code ah = errc::address_handle_mismatch;
+  CHECK(ah == boost::system::errc::invalid_argument);
+  CHECK(ah.message().find("protection domain") != std::string::npos);
+  CHECK(too_long != errc::message_too_long);
+  CHECK(qkey != ah);
+}
+
 TEST_CASE("a NULL-returning verb reports the errno it left", "[error]") {
   errno = ENOMEM;
   error_code ec = coverbs::verbs_null_result(nullptr);

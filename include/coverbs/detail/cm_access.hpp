@@ -1,7 +1,7 @@
 #pragma once
-// How the public rdma_cm types (coverbs/connection.hpp, listener.hpp, connect.hpp) reach the library: the
-// implementation types they hold, the functions their initiating functions start, and `cm_access`, through
-// which the library builds a `connection`. Not public: names here may change in any release.
+// How the public rdma_cm types (coverbs/connection.hpp, listener.hpp, connect.hpp, datagram_resolve.hpp,
+// multicast.hpp) reach the library: the implementation types they hold, the functions their initiating
+// functions start, and `cm_access`, through which the library builds a `connection` or a membership. Not public: names here may change in any release.
 
 #include <coverbs/error.hpp>
 
@@ -18,14 +18,19 @@ namespace coverbs {
 class connection;
 struct connection_options;
 struct connect_options;
+struct datagram_peer;
+class multicast_membership;
 }  // namespace coverbs
 
 namespace coverbs::detail {
 
 class connection_impl;
 class listener_impl;
+class multicast_impl;
 using connection_handler = boost::asio::any_completion_handler<void(error_code, connection)>;
 using disconnect_handler = boost::asio::any_completion_handler<void(error_code)>;
+using datagram_peer_handler = boost::asio::any_completion_handler<void(error_code, datagram_peer)>;
+using multicast_handler = boost::asio::any_completion_handler<void(error_code, multicast_membership)>;
 
 /// The initiations of `async_connect`, `listener::async_accept` and `connection::async_disconnect`
 /// (lib/cm/start.cpp). Each completes its handler once, never inside the call.
@@ -39,6 +44,8 @@ void start_disconnect(connection_impl* c, const boost::asio::any_io_executor& ex
 struct cm_access {
   /// A connection holding `impl` (what a connect or accept completes with).
   static connection make_connection(std::shared_ptr<connection_impl> impl) noexcept;
+  /// A membership holding `impl` (what a multicast join completes with).
+  static multicast_membership make_membership(std::shared_ptr<multicast_impl> impl) noexcept;
 };
 
 /// The handler's associated executor as an I/O executor; empty when it has none (a plain callback).

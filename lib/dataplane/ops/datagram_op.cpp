@@ -1,0 +1,84 @@
+// A datagram queue pair's send (wr.ud: address handle, queue pair number, Q_Key) and receive (behind a GRH
+// slot), and the sender a receive reports, parsed from the global route header.
+#include <coverbs/detail/ops/datagram_op.hpp>
+
+#include "dataplane/grh_slots.hpp"
+#include "dataplane/ops/work_request.hpp"
+#include "dataplane/qp_impl.hpp"
+
+#include <arpa/inet.h>
+
+#include <cstring>
+
+namespace coverbs::detail {
+
+error_code datagram_send_op::prepare(queue_pair_impl* qp, wr_node& n) const {
+  if (!ah || ah->pd != qp->qp_->pd) return errc::address_handle_mismatch;
+  if (remote_qkey & 0x80000000u) return errc::invalid_qkey;
+  std::size_t entries = 0, total = 0;
+  if (error_code ec = fill_list(n, bufs, qp->options_.max_send_sge, qp->max_message_, entries, total))
+    return ec == errc::message_too_long ? make_error_code(errc::datagram_too_long) : ec;
+  ibv_send_wr& wr = fill_send_list(qp, n, entries, total, opcode);
+  if (opcode == IBV_WR_SEND_WITH_IMM) wr.imm_data = htonl(imm);
+  wr.wr.ud.ah = ah;
+  wr.wr.ud.remote_qpn = remote_qpn;
+  wr.wr.ud.remote_qkey = remote_qkey;
+  return {};
+}
+
+error_code datagram_recv_op::prepare(queue_pair_impl* qp, wr_node& n) const {
+  if (bufs.count >= max_spans_per_operation) return errc::too_many_spans;
+  std::size_t entries = 0, total = 0;
+  if (error_code ec = fill_list(n, bufs, qp->options_.max_recv_sge, max_message, entries, total)) return ec;
+  std::memmove(&n.sg[1], &n.sg[0], entries * sizeof n.sg[0]);
+  n.sg[0] = ibv_sge{0, grh_bytes, 0};  // the slot comes when the receive is posted
+  fill_recv_list(n, entries + 1, total);
+  n.post = &post_datagram_recv;
+  n.on_complete = &release_grh_slot;
+  n.context = qp->grh_.get();
+  return {};
+}
+
+namespace {
+
+/// Whether the 40 bytes hold RoCE v2's IPv4 header (at offset 20) rather than an IPv6 or IB GRH, decided as
+/// libibverbs' ibv_init_ah_from_wc does: by the version nibbles and, when both could be, the IPv4 checksum.
+bool holds_ipv4_header(const std::uint8_t* grh) noexcept {
+  const std::uint8_t* ip4 = grh + 20;
+  if ((grh[0] >> 4) != 6) return (ip4[0] >> 4) == 4;
+  if ((ip4[0] & 0x0f) != 5) return false;  // RoCE v2's IPv4 header has no options
+  std::uint32_t sum = 0;
+  for (int i = 0; i < 20; i += 2)
+    sum += static_cast<std::uint32_t>(ip4[i] << 8 | ip4[i + 1]);
+  while (sum >> 16)
+    sum = (sum & 0xffff) + (sum >> 16);
+  return sum == 0xffff;  // a header with its checksum adds up to all ones
+}
+
+}  // namespace
+
+received_datagram received_datagram_of(const wr_node& n, const ibv_wc* wc) noexcept {
+  received_datagram r;
+  if (!wc) return r;
+  r.bytes = wc->byte_len > grh_bytes ? wc->byte_len - grh_bytes : 0;
+  if (wc->wc_flags & IBV_WC_WITH_IMM) r.imm = ntohl(wc->imm_data);
+  datagram_sender& s = r.sender;
+  s.qp_num = wc->src_qp;
+  s.qkey = n.qp->create_.qkey;
+  s.sl = wc->sl;
+  s.pkey_index = wc->pkey_index;
+  s.lid = wc->slid;
+  if (wc->wc_flags & IBV_WC_GRH) {
+    const std::uint8_t* grh = grh_of(n);
+    s.ipv4 = holds_ipv4_header(grh);
+    if (s.ipv4) {
+      s.source_gid.raw[10] = s.source_gid.raw[11] = 0xff;  // ::ffff:a.b.c.d
+      std::memcpy(&s.source_gid.raw[12], grh + 20 + 12, 4);
+    } else {
+      std::memcpy(s.source_gid.raw.data(), grh + 8, 16);
+    }
+  }
+  return r;
+}
+
+}  // namespace coverbs::detail
