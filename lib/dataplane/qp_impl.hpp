@@ -97,8 +97,8 @@ public:
   /// A transition to `state` succeeded: RTS makes the queue pair ready to send, RESET/INIT/RTR not (others,
   /// e.g. ERR or SQD, leave it as it was).
   void note_state(ibv_qp_state state) noexcept {
-    if (state == IBV_QPS_RTS) ready_to_send_ = true;
-    else if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) ready_to_send_ = false;
+    if (state == IBV_QPS_RTS) gates_ &= ~gate_not_ready;
+    else if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) gates_ |= gate_not_ready;
   }
 
   ibv_qp* qp_ = nullptr;
@@ -107,12 +107,15 @@ public:
   queue_pair_options options_;
   work_queue sq_, rq_;
   error_code error_;
-  bool in_error_ = false;
-  /// Reached RTS since it was made or last reset (set by the transitions to RTS: connect, modify, a datagram
-  /// queue pair's constructor; cleared by reset and by a move back to RESET/INIT/RTR): until then a send-queue
-  /// operation is refused before posting (`errc::queue_pair_not_ready`), since a provider may refuse a list
-  /// without saying which requests it took (rxe answers EINVAL with bad_wr NULL).
-  bool ready_to_send_ = false;
+  /// What stops a request in start(), one byte so that the common case (neither) costs one test:
+  /// `gate_in_error`, the error state (requests are flushed); `gate_not_ready`, not in RTS since it was made or
+  /// last reset (cleared by the transitions to RTS: connect, modify, a datagram queue pair's constructor; set
+  /// by reset and by a move back to RESET/INIT/RTR): a send-queue operation is refused before posting
+  /// (`errc::queue_pair_not_ready`), since a provider may refuse a list without saying which requests it took
+  /// (rxe answers EINVAL with bad_wr NULL).
+  enum : std::uint8_t { gate_in_error = 1, gate_not_ready = 2 };
+  std::uint8_t gates_ = gate_not_ready;
+  bool in_error() const noexcept { return gates_ & gate_in_error; }
   std::uint32_t max_inline_ = 0;
   std::size_t max_message_ = 0;  // sends, writes, reads: the port's max_msg_sz, at most 2^31
   bool atomics_ = false;

@@ -269,8 +269,10 @@ void queue_pair_impl::fail(wr_node* n, error_code ec) {
 
 void queue_pair_impl::start(wr_node* n, error_code ec) {
   if (ec) return fail(n, ec);
-  if (in_error_) return flush_after_posted(n);
-  if (!ready_to_send_ && !n->is_recv) return fail(n, errc::queue_pair_not_ready);
+  if (gates_) [[unlikely]] {
+    if (gates_ & gate_in_error) return flush_after_posted(n);
+    if (!n->is_recv) return fail(n, errc::queue_pair_not_ready);
+  }
   work_queue& q = queue_of(n);
   if (!q.waiting.empty() || q.credits < n->credits) {
     n->state = node_state::waiting_credit;
@@ -315,8 +317,8 @@ void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, completion_mod
   ++q.credits;
   --q.outstanding;
   const error_code status = make_error_code(wc.status);
-  if (status && !in_error_) {
-    in_error_ = true;
+  if (status && !in_error()) {
+    gates_ |= gate_in_error;
     error_ = status;
     // Flushed because a device event (e.g. the port went down) moved us to the error state: that is the cause.
     if (status == wc_errc::wr_flush_err)
@@ -414,8 +416,8 @@ void queue_pair_impl::cancel(wr_node* n, boost::asio::cancellation_type type) {
 }
 
 void queue_pair_impl::to_error(const error_code& why) {
-  if (!in_error_) {
-    in_error_ = true;
+  if (!in_error()) {
+    gates_ |= gate_in_error;
     error_ = why;
   }
   modify_to_error();
@@ -434,8 +436,8 @@ void queue_pair_impl::on_async_error(const error_code& cause) {
   if (!cause) return;  // the queue pair was reset after the event: the notification is stale
   // The event is the cause of a flush, and of rxe's loc_qp_op_err for a packet that found no route (a link
   // that went down before the port event was read).
-  if (!in_error_ || error_ == wc_errc::wr_flush_err || error_ == wc_errc::loc_qp_op_err) {
-    in_error_ = true;
+  if (!in_error() || error_ == wc_errc::wr_flush_err || error_ == wc_errc::loc_qp_op_err) {
+    gates_ |= gate_in_error;
     error_ = cause;
   }
   fail_unposted();
@@ -463,8 +465,7 @@ error_code queue_pair_impl::reset(std::string* why) noexcept {
   // What the runtime remembers of the old connection goes with it. A device event's notification still on
   // its way finds no cause and is dropped (on_async_error).
   registration_->cause.store(0);
-  in_error_ = false;
-  ready_to_send_ = false;
+  gates_ = gate_not_ready;  // the error is forgotten; a send needs RTS again
   error_ = {};
   std::random_device rd;
   psn_ = rd() & 0xffffff;  // a fresh PSN: late packets of the old connection are not taken for new ones
