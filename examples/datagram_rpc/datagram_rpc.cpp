@@ -12,6 +12,7 @@
 
 #include "common/command_line.hpp"
 #include "common/run.hpp"
+#include "datagram_rpc/lru.hpp"
 #include "datagram_rpc/protocol.hpp"
 
 #include <coverbs_support/json_output.hpp>
@@ -66,21 +67,22 @@ constexpr std::size_t server_slots = 64;  // receives the server keeps posted, e
 constexpr std::size_t client_window = 4;  // requests a client keeps in flight
 constexpr std::size_t client_slots = 2 * client_window;  // receives a client keeps posted (replies, duplicates)
 
-/// Registered memory cut into `count` pairs of message slots (a receive slot and a send slot each).
+/// Registered memory cut into `count` pairs of message slots: a receive slot of a whole datagram (the queue
+/// pair's `max_datagram_size()`, so that no datagram is truncated) and a send slot of `proto::max_message`.
 struct slots {
+  std::size_t receive_size;
   std::vector<std::byte> memory;
   cv::memory_region mr;
-  slots(cv::protection_domain& pd, std::size_t count)
-      : memory(2 * count * proto::max_message), mr(pd, memory, cv::access::local_write) {}
-  cv::registered_span receive(std::size_t i) { return cv::span_of(mr, 2 * i * proto::max_message, proto::max_message); }
-  cv::registered_span send(std::size_t i, std::size_t bytes) {
-    return cv::span_of(mr, (2 * i + 1) * proto::max_message, bytes);
-  }
-  std::span<std::byte> send_area(std::size_t i) {
-    return {memory.data() + (2 * i + 1) * proto::max_message, proto::max_message};
-  }
+  slots(cv::protection_domain& pd, std::size_t count, std::size_t datagram)
+      : receive_size(datagram), memory(count * (datagram + proto::max_message)),
+        mr(pd, memory, cv::access::local_write) {}
+  std::size_t receive_at(std::size_t i) const { return i * (receive_size + proto::max_message); }
+  std::size_t send_at(std::size_t i) const { return receive_at(i) + receive_size; }
+  cv::registered_span receive(std::size_t i) { return cv::span_of(mr, receive_at(i), receive_size); }
+  cv::registered_span send(std::size_t i, std::size_t bytes) { return cv::span_of(mr, send_at(i), bytes); }
+  std::span<std::byte> send_area(std::size_t i) { return {memory.data() + send_at(i), proto::max_message}; }
   std::span<const std::byte> received(std::size_t i, std::size_t bytes) const {
-    return {memory.data() + 2 * i * proto::max_message, bytes};
+    return {memory.data() + receive_at(i), bytes};
   }
 };
 
@@ -93,6 +95,7 @@ struct dropper {
 
 // --- server ---
 
+
 struct server_counters {
   std::uint64_t requests = 0, answered = 0, duplicates = 0, malformed = 0, dropped_requests = 0, dropped_replies = 0;
 };
@@ -100,19 +103,30 @@ struct server_counters {
 class server {
 public:
   server(cv::protection_domain& pd, cv::completion_queue& cq, std::uint64_t drop_percent)
-      : pd_(pd), qp_(std::in_place, pd, cq, queue_options()), slots_(pd, server_slots), drops_{drop_percent} {}
+      : pd_(pd), qp_(std::in_place, pd, cq, queue_options()), slots_(pd, server_slots, qp_->max_datagram_size()),
+        drops_{drop_percent} {}
 
   cv::datagram_queue_pair& qp() { return *qp_; }
   const server_counters& counters() const { return counters_; }
   std::uint64_t distinct_answered() const { return counters_.answered; }
   clock::time_point last_request() const { return last_request_; }
 
-  /// One of the `server_slots` receive loops: until the queue pair is closed.
+  /// One of the `server_slots` receive loops: until the queue pair is closed (or fails: `failure()`).
   awaitable<void> serve_slot(std::size_t i) {
-    for (;;) {
+    while (qp_) {
       cv::registered_span into = slots_.receive(i);
       auto [ec, r] = co_await qp_->async_recv(into, tuple);
-      if (ec) co_return;  // wr_flush_err: the queue pair was closed (or failed: close() reports it)
+      if (ec == cv::errc::datagram_truncated) {  // longer than any request: not one of ours
+        ++counters_.malformed;
+        continue;
+      }
+      if (ec) {
+        if (!closing_ && !failure_) {
+          failure_ = qp_ && qp_->error() ? qp_->error() : ec;
+          std::fprintf(stderr, "datagram_rpc server: the queue pair failed: %s\n", failure_.message().c_str());
+        }
+        co_return;
+      }
       last_request_ = clock::now();
       ++counters_.requests;
       const auto h = proto::read(slots_.received(i, r.bytes), proto::request_magic);
@@ -128,8 +142,14 @@ public:
     }
   }
 
+  /// Why the server stopped serving before it was closed (its queue pair failed), or nothing.
+  cv::error_code failure() const { return failure_; }
+
   /// Destroys the queue pair: the receives still posted complete with wr_flush_err, ending `serve_slot`s.
-  void close() { qp_.reset(); }
+  void close() {
+    closing_ = true;
+    qp_.reset();
+  }
 
 private:
   static cv::datagram_options queue_options() {
@@ -142,7 +162,9 @@ private:
   /// The reply to request `h` from `from`: from the sender's reply cache when it is a retransmission of a
   /// request answered recently (the work is not done twice), else done now and cached.
   awaitable<void> answer(std::size_t i, const cv::datagram_sender& from, const proto::header& h) {
-    sender_cache& cache = replies_[std::tuple(from.source_gid.raw, from.qp_num, h.client)];
+    // The reply cache of this (GID, queue pair, client id); a client id is whatever a peer writes, so only the
+    // `senders_kept` most recent are remembered (a peer inventing ids cannot exhaust the server's memory).
+    sender_cache& cache = replies_.touch(std::tuple(from.source_gid.raw, from.qp_num, h.client));
     std::span<std::byte> out = slots_.send_area(i);
     std::size_t bytes = 0;
     if (auto hit = cache.replies.find(h.seq); hit != cache.replies.end()) {
@@ -169,18 +191,21 @@ private:
       ++counters_.dropped_replies;
       co_return;
     }
-    const cv::datagram_destination to{&handle_for(from), from.qp_num, qp_->qkey()};
+    // Held across the send: the cache may forget the handle meanwhile, and it must outlive the send.
+    const std::shared_ptr<cv::address_handle> ah = handle_for(from);
+    const cv::datagram_destination to{ah.get(), from.qp_num, qp_->qkey()};
     cv::registered_span reply = slots_.send(i, bytes);
     auto [ec, n] = co_await qp_->async_send_to(to, reply, tuple);
     (void)n;
     if (ec && ec != cv::wc_errc::wr_flush_err) std::fprintf(stderr, "datagram_rpc server: reply: %s\n", ec.message().c_str());
   }
 
-  /// The address handle that reaches `from`, made once per sender GID.
-  const cv::address_handle& handle_for(const cv::datagram_sender& from) {
-    auto& ah = handles_[from.source_gid.raw];
-    if (!ah) ah = std::make_unique<cv::address_handle>(pd_, from, qp_->port());
-    return *ah;
+  /// The address handle that reaches `from`, made once per sender GID; the least recently used is forgotten
+  /// beyond `senders_kept` GIDs, so a peer sending from many addresses cannot grow the server without bound.
+  std::shared_ptr<cv::address_handle> handle_for(const cv::datagram_sender& from) {
+    auto& entry = handles_.touch(from.source_gid.raw);
+    if (!entry) entry = std::make_shared<cv::address_handle>(pd_, from, qp_->port());
+    return entry;
   }
 
   /// The replies to one client's recent requests, by sequence number (its window's worth and more).
@@ -188,15 +213,18 @@ private:
     std::map<std::uint64_t, std::vector<std::byte>> replies;
     std::uint64_t forgotten_below = 0;  ///< requests below were answered and forgotten
   };
-  static constexpr std::size_t replies_kept = 64;
+  static constexpr std::size_t replies_kept = 64;    // replies per sender
+  static constexpr std::size_t senders_kept = 1024;  // senders (and sender GIDs) remembered
   cv::protection_domain& pd_;
   std::optional<cv::datagram_queue_pair> qp_;
   slots slots_;
   dropper drops_;
   server_counters counters_;
   clock::time_point last_request_ = clock::now();
-  std::map<std::array<std::uint8_t, 16>, std::unique_ptr<cv::address_handle>> handles_;
-  std::map<std::tuple<std::array<std::uint8_t, 16>, std::uint32_t, std::uint32_t>, sender_cache> replies_;
+  bool closing_ = false;
+  cv::error_code failure_;
+  proto::lru<std::array<std::uint8_t, 16>, std::shared_ptr<cv::address_handle>> handles_{senders_kept};
+  proto::lru<std::tuple<std::array<std::uint8_t, 16>, std::uint32_t, std::uint32_t>, sender_cache> replies_{senders_kept};
 };
 
 // --- client ---
@@ -220,7 +248,8 @@ struct client_counters {
 class client {
 public:
   client(cv::protection_domain& pd, cv::completion_queue& cq, client_config config, std::uint32_t id)
-      : pd_(pd), qp_(std::in_place, pd, cq, queue_options()), slots_(pd, client_slots), config_(std::move(config)),
+      : pd_(pd), qp_(std::in_place, pd, cq, queue_options()), slots_(pd, client_slots, qp_->max_datagram_size()),
+        config_(std::move(config)),
         id_(id) {}
 
   client_counters counters;
@@ -271,6 +300,10 @@ private:
     for (;;) {
       cv::registered_span into = slots_.receive(i);
       auto [ec, r] = co_await qp_->async_recv(into, tuple);
+      if (ec == cv::errc::datagram_truncated) {
+        ++counters.late_replies;  // not a reply of ours (longer than any): counted with the strays
+        continue;
+      }
       if (ec) co_return;  // closed
       const std::span<const std::byte> message = slots_.received(i, r.bytes);
       const auto h = proto::read(message, proto::reply_magic);
@@ -440,7 +473,10 @@ int run(const example::command_line& cmd, std::uint64_t clients, std::uint64_t r
     print("client " + std::to_string(c), cls[c]->counters, json);
     ok = ok && cls[c]->counters.completed == requests && cls[c]->counters.failed == 0;
   }
-  if (srv) print(srv->counters());
+  if (srv) {
+    print(srv->counters());
+    if (srv->failure()) ok = false;
+  }
   return example::verdict("datagram_rpc", ok, result);
 }
 

@@ -16,17 +16,20 @@
 /// twice; the application owns acknowledgements, timeouts and retransmission, and must tolerate duplicates.
 /// The receiver's device drops a datagram silently — the sender still sees success — when:
 /// - the receiving queue pair has no receive posted (UD has no receiver-not-ready retry);
-/// - it is longer than the receive's spans (on the queue pair's own receive queue the receive stays posted);
 /// - it carries another Q_Key than the receiving queue pair's (`qkey()`; rxe counts it in the port's
 ///   `qkey_viol_cntr`);
-/// - (a fourth, impossible through coverbs) it is longer than the path MTU: the sending device would drop it
-///   and report success (IBA C10-93.1.1), so coverbs refuses it before posting (`errc::datagram_too_long`).
+/// - (impossible through coverbs) it is longer than the path MTU: the sending device would drop it and report
+///   success (IBA C10-93.1.1), so coverbs refuses it before posting (`errc::datagram_too_long`).
+/// A datagram longer than the receive's spans is not dropped: its first bytes fill them, the rest goes to a
+/// scratch area coverbs appends to every receive shorter than `max_datagram_size()`, and the receive completes
+/// with `errc::datagram_truncated` (rxe would otherwise fail the receive with loc_qp_op_err and move the queue
+/// pair every peer shares to the error state). Post receives of `max_datagram_size()` bytes for whole ones.
 ///
 /// @par The global route header is reserved for you
 /// A UD receive's first 40 bytes receive the global route header. coverbs puts a slot of its own in front of
 /// your spans, so the payload starts at your first byte and `received_datagram::bytes` counts the payload
-/// alone; the header is parsed into the sender. A receive therefore takes at most
-/// `max_spans_per_operation - 1` spans.
+/// alone; the header is parsed into the sender. With the scratch area above, a receive takes at most
+/// `max_spans_per_operation - 2` spans.
 ///
 /// @par Errors and cancellation, unlike RC
 /// Refused before posting (the handler is posted; the queue pair stays healthy): `errc::datagram_too_long`
@@ -183,14 +186,15 @@ public:
 
   /// Posts a receive into `buf` (behind coverbs' GRH slot): the payload lands from `buf`'s first byte.
   /// @par Completion Signature `void(error_code, received_datagram)`: payload bytes, immediate data, sender.
-  /// @par Errors `wr_flush_err` (an earlier error, `reset()` or destruction), `errc::too_many_spans`. A
-  /// datagram longer than `buf` never completes it (the device drops the datagram; the receive stays posted).
+  /// @par Errors `wr_flush_err` (an earlier error, `reset()` or destruction), `errc::too_many_spans`,
+  /// `errc::datagram_truncated` (a datagram longer than `buf` came: `bytes` is `buf`'s size, the queue pair is
+  /// healthy).
   template <boost::asio::completion_token_for<void(error_code, received_datagram)> Token = default_token>
   auto async_recv(registered_span buf, Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token), detail::datagram_recv_op{detail::one_span(buf)});
   }
 
-  /// Posts one receive scattered into `bufs` (at most `max_recv_sge`, and `max_spans_per_operation - 1`).
+  /// Posts one receive scattered into `bufs` (at most `max_recv_sge`, and `max_spans_per_operation - 2`).
   template <registered_span_sequence Spans,
             boost::asio::completion_token_for<void(error_code, received_datagram)> Token = default_token>
   auto async_recv(const Spans& bufs, Token&& token = default_token{}) {

@@ -258,6 +258,16 @@ enum class errc : int {
   /// rdma_cm connection). Refused before posting, so nothing reaches the device and the queue pair stays as it
   /// was; receives are not affected. Equivalent to `boost::system::errc::not_connected` (ENOTCONN).
   queue_pair_not_ready,
+  /// A datagram longer than the receive's spans arrived: its first bytes are in them (`received_datagram::bytes`
+  /// is the spans' size), the rest went to a scratch area coverbs appends to every receive shorter than
+  /// `max_datagram_size()`, so the queue pair stays healthy (rxe would otherwise fail the receive with
+  /// loc_qp_op_err and move the queue pair every peer shares to the error state). Post receives of
+  /// `max_datagram_size()` bytes to get whole datagrams. Equivalent to `boost::system::errc::message_size`.
+  datagram_truncated,
+  /// A datagram destination whose queue pair number does not fit IBA's 24 bits (above 0xFFFFFF; the device
+  /// would send to the number's low 24 bits). Refused before posting. Equivalent to
+  /// `boost::system::errc::invalid_argument`.
+  invalid_destination_qp,
 };
 
 /// The category of `wc_errc` values; name "coverbs.wc".

@@ -99,6 +99,8 @@ boost::system::error_condition coverbs_category_impl::default_error_condition(in
   case errc::address_handle_mismatch:
   case errc::qkey_mismatch: return make_error_condition(sys::invalid_argument);
   case errc::queue_pair_not_ready: return make_error_condition(sys::not_connected);
+  case errc::datagram_truncated: return make_error_condition(sys::message_size);
+  case errc::invalid_destination_qp: return make_error_condition(sys::invalid_argument);
   default: return {ev, *this};
   }
 }
@@ -296,6 +298,14 @@ std::string coverbs_category_impl::message(int ev) const {
            "write, read, atomic or window operation needs RTS); connect it first "
            "(queue_pair::connect / connect_pair, or through rdma_cm: async_connect, listener::async_accept) — "
            "nothing was posted";
+  case errc::datagram_truncated:
+    return "a datagram longer than the receive's buffers arrived: its first bytes are in them, the rest was "
+           "dropped (the queue pair is healthy); post receives of datagram_queue_pair::max_datagram_size() bytes "
+           "to get whole datagrams";
+  case errc::invalid_destination_qp:
+    return "the destination's queue pair number is above 0xFFFFFF (IBA queue pair numbers have 24 bits; the "
+           "device would send to its low 24 bits): use the number the peer reported (qp_num(), a received "
+           "sender, or rdma_cm's resolution) — nothing was posted";
   }
   return "unknown coverbs error " + std::to_string(ev);
 }

@@ -12,8 +12,9 @@
 
 namespace coverbs::detail {
 
-grh_slots::grh_slots(ibv_pd* pd, std::uint32_t count) : bytes_(new std::byte[std::size_t{count} * grh_bytes]) {
-  const std::size_t size = std::max<std::size_t>(std::size_t{count} * grh_bytes, 1);
+grh_slots::grh_slots(ibv_pd* pd, std::uint32_t count, std::uint32_t overflow_bytes)
+    : bytes_(new std::byte[std::size_t{count} * grh_bytes + overflow_bytes]), overflow_offset_(std::size_t{count} * grh_bytes) {
+  const std::size_t size = std::max<std::size_t>(overflow_offset_ + overflow_bytes, 1);
   mr_ = ibv_reg_mr(pd, bytes_.get(), size, static_cast<int>(IBV_ACCESS_LOCAL_WRITE));
   throw_on_error(verbs_null_result(mr_),
                  "ibv_reg_mr(GRH slots of a datagram queue pair, " + std::to_string(size) + " bytes)");
@@ -33,6 +34,10 @@ ibv_sge grh_slots::take() noexcept {
   const std::uint32_t i = free_.back();
   free_.pop_back();
   return {reinterpret_cast<std::uintptr_t>(bytes_.get() + std::size_t{i} * grh_bytes), grh_bytes, mr_->lkey};
+}
+
+ibv_sge grh_slots::overflow(std::uint32_t length) const noexcept {
+  return {reinterpret_cast<std::uintptr_t>(bytes_.get() + overflow_offset_), length, mr_->lkey};
 }
 
 void grh_slots::release(std::uint64_t addr) noexcept {

@@ -21,11 +21,12 @@ struct wr_node;
 /// The bytes of a global route header (ibv_grh), and of the slot that receives it.
 inline constexpr std::uint32_t grh_bytes = 40;
 
-/// `count` slots of `grh_bytes` in one region registered with local_write.
+/// `count` slots of `grh_bytes`, and an overflow area of `overflow_bytes` (a datagram's most), in one region
+/// registered with local_write.
 class grh_slots {
 public:
   /// @throws system_error with the errno of ibv_reg_mr(3).
-  grh_slots(ibv_pd* pd, std::uint32_t count);
+  grh_slots(ibv_pd* pd, std::uint32_t count, std::uint32_t overflow_bytes);
   ~grh_slots();
   grh_slots(const grh_slots&) = delete;
   grh_slots& operator=(const grh_slots&) = delete;
@@ -34,11 +35,15 @@ public:
   ibv_sge take() noexcept;
   /// Gives back the slot at `addr` (an `addr` that take() returned).
   void release(std::uint64_t addr) noexcept;
+  /// The first `length` bytes (at most `overflow_bytes`) of the overflow area, shared by every receive: where
+  /// the part of a datagram beyond a receive's spans lands, never read.
+  ibv_sge overflow(std::uint32_t length) const noexcept;
 
 private:
   std::unique_ptr<std::byte[]> bytes_;
   ibv_mr* mr_ = nullptr;
   std::vector<std::uint32_t> free_;  // indices of free slots
+  std::size_t overflow_offset_ = 0;  // the overflow area, behind the slots
 };
 
 /// A datagram receive's `wr_node::post`: takes a slot into `n->sg[0]` and posts the receive; 0 or an errno

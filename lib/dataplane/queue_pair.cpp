@@ -148,7 +148,7 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
     const bool datagram = create.type == IBV_QPT_UD;
     if (datagram) {
       max_message_ = port_.active_mtu_bytes();  // one packet (IBA C10-93.1.1)
-      grh_ = std::make_unique<grh_slots>(pd, options_.max_recv_wr);
+      grh_ = std::make_unique<grh_slots>(pd, options_.max_recv_wr, static_cast<std::uint32_t>(max_message_));
     }
     if (options.gid_index >= 0) {
       const auto gids = query_gids(context, options.port);
@@ -170,7 +170,7 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
     init.cap.max_send_wr = options.max_send_wr;
     init.cap.max_recv_wr = options_.max_recv_wr;
     init.cap.max_send_sge = options.max_send_sge;
-    init.cap.max_recv_sge = options_.max_recv_sge + (datagram ? 1 : 0);  // + the GRH slot
+    init.cap.max_recv_sge = options_.max_recv_sge + (datagram ? 2 : 0);  // + the GRH slot and the overflow
     if (srq_) init.srq = srq_->srq_;
     init.cap.max_inline_data = options.max_inline_data;
     const ibv_qp_init_attr asked = init;

@@ -463,3 +463,49 @@ TEST_CASE("1,000 sending queue pairs through one receiving queue pair: every dat
   CHECK(wrong_answers == 0);
   CHECK(server.error() == cv::error_code{});
 }
+
+TEST_CASE("a datagram longer than the receive is truncated into it; the queue pair every peer shares stays healthy",
+          "[datagram]") {
+  ud_pair p;
+  test_buffer out(p.pd, 256), in(p.pd, 256);
+  for (std::size_t i = 0; i < 256; ++i) out.bytes[i] = static_cast<std::byte>('a' + i % 26);
+  in.fill('#');
+  // The input a hostile peer sends: 100 bytes into an 8-byte receive (rxe failed such a receive with
+  // loc_qp_op_err and moved the whole queue pair to the error state).
+  completion<cv::received_datagram> small;
+  completion<std::size_t> big;
+  p.b.async_recv(in.span(0, 8), small.handler());
+  p.a.async_send_to(p.to_b(), out.span(0, 100), big.handler());
+  REQUIRE(p.run_until([&] { return small.done() && big.done(); }, std::chrono::seconds(10)));
+  CHECK_FALSE(*big.ec);
+  CHECK(*small.ec == cv::errc::datagram_truncated);
+  CHECK(*small.ec == boost::system::errc::message_size);
+  CHECK(small.value.bytes == 8);
+  CHECK(in.str(0, 8) == out.str(0, 8));
+  CHECK(in.str(8, 8) == std::string(8, '#'));  // nothing beyond the caller's span
+  CHECK(small.ec->message().find("max_datagram_size()") != std::string::npos);
+  CHECK_FALSE(p.b.error());
+  CHECK(p.b.state() == IBV_QPS_RTS);
+
+  // Still serving: the next datagram arrives whole.
+  completion<cv::received_datagram> next;
+  completion<std::size_t> sent;
+  p.b.async_recv(in.span(16, 64), next.handler());
+  p.a.async_send_to(p.to_b(), out.span(0, 50), sent.handler());
+  REQUIRE(p.run_until([&] { return next.done() && sent.done(); }, std::chrono::seconds(10)));
+  REQUIRE_FALSE(*next.ec);
+  CHECK(next.value.bytes == 50);
+  CHECK(in.str(16, 50) == out.str(0, 50));
+}
+
+TEST_CASE("a destination queue pair number above 24 bits is refused before posting", "[datagram][errors]") {
+  ud_pair p;
+  test_buffer out(p.pd, 64);
+  completion<std::size_t> wide;
+  p.a.async_send_to({&p.here, 0x1000000u | p.b.qp_num(), p.b.qkey()}, out.span(0, 8), wide.handler());
+  REQUIRE(p.run_until([&] { return wide.done(); }, std::chrono::seconds(10)));
+  CHECK(*wide.ec == cv::errc::invalid_destination_qp);
+  CHECK(wide.ec->message().find("0xFFFFFF") != std::string::npos);
+  CHECK(p.a.sends_outstanding() == 0);
+  CHECK_FALSE(p.a.error());
+}

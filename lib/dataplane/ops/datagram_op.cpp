@@ -15,6 +15,7 @@ namespace coverbs::detail {
 error_code datagram_send_op::prepare(queue_pair_impl* qp, wr_node& n) const {
   if (!ah || ah->pd != qp->qp_->pd) return errc::address_handle_mismatch;
   if (remote_qkey & 0x80000000u) return errc::invalid_qkey;
+  if (remote_qpn > 0xFFFFFFu) return errc::invalid_destination_qp;
   std::size_t entries = 0, total = 0;
   if (error_code ec = fill_list(n, bufs, qp->options_.max_send_sge, qp->max_message_, entries, total))
     return ec == errc::message_too_long ? make_error_code(errc::datagram_too_long) : ec;
@@ -27,12 +28,16 @@ error_code datagram_send_op::prepare(queue_pair_impl* qp, wr_node& n) const {
 }
 
 error_code datagram_recv_op::prepare(queue_pair_impl* qp, wr_node& n) const {
-  if (bufs.count >= max_spans_per_operation) return errc::too_many_spans;
+  if (bufs.count + 2 > max_spans_per_operation) return errc::too_many_spans;
   std::size_t entries = 0, total = 0;
   if (error_code ec = fill_list(n, bufs, qp->options_.max_recv_sge, max_message, entries, total)) return ec;
   std::memmove(&n.sg[1], &n.sg[0], entries * sizeof n.sg[0]);
   n.sg[0] = ibv_sge{0, grh_bytes, 0};  // the slot comes when the receive is posted
-  fill_recv_list(n, entries + 1, total);
+  std::size_t sges = entries + 1;
+  // A datagram longer than the spans would fail the receive (rxe: loc_qp_op_err) and error the queue pair every
+  // peer shares: the rest of a datagram goes to a scratch area instead, and the completion says truncated.
+  if (total < qp->max_message_) n.sg[sges++] = qp->grh_->overflow(static_cast<std::uint32_t>(qp->max_message_ - total));
+  fill_recv_list(n, sges, total);
   n.post = &post_datagram_recv;
   n.on_complete = &release_grh_slot;
   n.context = qp->grh_.get();

@@ -41,15 +41,22 @@ struct datagram_send_op {
 struct datagram_recv_op {
   span_list bufs;
 
-  /// `errc::too_many_spans` (above max_recv_sge, or above max_spans_per_operation - 1: the slot takes one)
-  /// before posting; fills `n.wr.recv` behind the GRH slot, taken when it is posted.
+  /// `errc::too_many_spans` (above max_recv_sge, or above max_spans_per_operation - 2: the GRH slot and the
+  /// overflow area take two) before posting; fills `n.wr.recv` behind the GRH slot, taken when it is posted,
+  /// and ahead of the overflow area when the spans hold less than a datagram.
   error_code prepare(queue_pair_impl* qp, wr_node& n) const;
 
   /// The completion arguments.
   struct completion {
     using signature = void(error_code, received_datagram);
     static auto result(error_code ec, const wr_node& n, const ibv_wc* wc) {
-      return std::tuple(ec, ec ? received_datagram{} : received_datagram_of(n, wc));
+      if (ec) return std::tuple(ec, received_datagram{});
+      received_datagram r = received_datagram_of(n, wc);
+      if (r.bytes > n.sge.length) {  // the rest went to the overflow scratch area
+        r.bytes = n.sge.length;
+        ec = errc::datagram_truncated;
+      }
+      return std::tuple(ec, r);
     }
   };
 };
