@@ -5,7 +5,7 @@
 // is a raw-verbs loop (ibv_post_send, then ibv_poll_cq until the completion) over the same device.
 //
 //   bench_overhead [--size BYTES] [--ops N] [--batches N] [--mode events|spin]
-//                  [--op write|sendrecv|bind|rebind] [--way WAY] [--json]
+//                  [--op write|sendrecv|datagram|bind|rebind] [--way WAY] [--json]
 //
 // --op runs one op's ways alone (every op by default), --way one way alone (every way of the op by default;
 // a way the op lacks is refused with exit status 2), e.g. to count its instructions with callgrind: a way
@@ -15,7 +15,8 @@
 // warm-up); ns/op of a batch = its wall time / --ops. Figures per way (median and 99th percentile over
 // the batches): {op}_{way}_ns_median, {op}_{way}_ns_p99, and {op}_{way}_over_raw_ns = its median minus
 // the raw loop's median. op: write (an RDMA write of --size bytes), sendrecv (a receive posted, then a
-// send of --size bytes consuming it: two work requests and two completions), bind (bind_mw of an unbound
+// send of --size bytes consuming it: two work requests and two completions), datagram (the same on two UD
+// queue pairs: coverbs' datagram path, bench/overhead_datagram.hpp), bind (bind_mw of an unbound
 // type-2 window over 4 KiB, then invalidate of its key: a BIND_MW and a LOCAL_INV posted one after the
 // other, two completions, with the window's bookkeeping of a first bind), rebind (rebind_mw of a bound
 // type-2 window to other rights: a LOCAL_INV chained to a BIND_MW, two completions, with the window's
@@ -35,12 +36,14 @@
 // (a receive is always posted before the send it takes); batch16 is 16 receive + send pairs in flight, and
 // raw_batch16 16 receives in one ibv_post_recv, then 16 sends in one ibv_post_send, the last signaled.
 // Ways per op: write all of them; sendrecv raw, callback, use_awaitable, deferred, raw_batch16, batch16;
+// datagram raw, callback, use_awaitable, deferred;
 // bind raw, callback, use_awaitable, deferred; rebind raw, callback, deferred.
 // Targets: write use_awaitable <= raw + 150 ns, callback <= raw + 60 ns, batch16 <= raw_batch16 + 25 ns
 // (target_* in the JSON).
 #include <coverbs/coverbs.hpp>
 
 #include "fixtures/soft_pair.hpp"
+#include "overhead_datagram.hpp"
 #include <coverbs_support/json_output.hpp>
 #include "cli.hpp"
 
@@ -79,7 +82,7 @@ struct config {
 };
 
 constexpr const char* usage_text = "[--size BYTES] [--ops N] [--batches N] [--mode events|spin] "
-                                   "[--op write|sendrecv|bind|rebind] [--way WAY] [--json]";
+                                   "[--op write|sendrecv|datagram|bind|rebind] [--way WAY] [--json]";
 
 /// The ways each op runs, in the order they run (see the header).
 struct op_ways {
@@ -89,6 +92,7 @@ struct op_ways {
 const std::vector<op_ways> ways_of_ops = {
     {"write", {"raw", "callback", "use_awaitable", "deferred", "as_tuple", "raw_batch16", "batch16"}},
     {"sendrecv", {"raw", "callback", "use_awaitable", "deferred", "raw_batch16", "batch16"}},
+    {"datagram", {"raw", "callback", "use_awaitable", "deferred"}},
     {"bind", {"raw", "callback", "use_awaitable", "deferred"}},
     {"rebind", {"raw", "callback", "deferred"}}};
 
@@ -102,7 +106,7 @@ config parse(int argc, char** argv) {
   app.add_option("--ops", c.ops)->transform(command_line::count(16, 1'000'000));
   app.add_option("--batches", c.batches)->transform(command_line::count(10, 100'000));
   app.add_option("--mode", c.mode)->check(command_line::one_of({"events", "spin"}));
-  app.add_option("--op", c.op)->check(command_line::one_of({"write", "sendrecv", "bind", "rebind"}));
+  app.add_option("--op", c.op)->check(command_line::one_of({"write", "sendrecv", "datagram", "bind", "rebind"}));
   app.add_option("--way", c.way)
       ->check(
           command_line::one_of({"raw", "callback", "use_awaitable", "deferred", "as_tuple", "raw_batch16", "batch16"}));
@@ -128,6 +132,12 @@ config parse(int argc, char** argv) {
 void check(const cv::error_code& ec, const char* what) {
   if (ec) fail(what, ec.message());
 }
+
+}  // namespace
+
+void bench_overhead::datagram_failed(const char* what, const char* why) { fail(what, why); }
+
+namespace {
 
 struct figures {
   double median = 0, p99 = 0;
@@ -393,29 +403,9 @@ void await_writes(asio::io_context& io, soft_verbs::soft_pair& rig, std::size_t 
 /// completion queue turn that completes the send too (the software device completes the receive first).
 template <class Token>
 void await_sendrecvs(asio::io_context& io, soft_verbs::soft_pair& rig, std::size_t size, int ops, Token token) {
-  int posted = 0;  // receives posted minus sends started
-  const auto rethrow = [](std::exception_ptr e) {
-    if (e) std::rethrow_exception(e);
-  };
-  asio::co_spawn(
-      io,
-      [&rig, &posted, size, ops, token]() -> asio::awaitable<void> {
-        for (int i = 0; i < ops; ++i) {
-          ++posted;
-          (void)co_await rig.b.async_recv(rig.remote_span(size), token);
-        }
-      },
-      rethrow);
-  asio::co_spawn(
-      io,
-      [&rig, &posted, size, ops, token]() -> asio::awaitable<void> {
-        for (int i = 0; i < ops; ++i) {
-          if (posted-- <= 0) fail("async_send", "no receive posted before it");
-          (void)co_await rig.a.async_send(rig.local_span(size), token);
-        }
-      },
-      rethrow);
-  run(io);
+  bench_overhead::await_pairs(
+      io, ops, [&rig, size, token] { return rig.b.async_recv(rig.remote_span(size), token); },
+      [&rig, size, token] { return rig.a.async_send(rig.local_span(size), token); }, "async_send");
 }
 
 /// One rebind_mw (the default token) of a bound window after the other, alternating its rights.
@@ -559,6 +549,24 @@ int main(int argc, char** argv) {
       run(io);
     });
 
+    // A datagram is one packet: the software device's MTU is 4096 bytes (all ops run without --op only up to it).
+    if (c.op == "datagram" && size > 4096) fail("--op datagram", "--size is above the MTU, 4096 bytes");
+    if ((c.op.empty() && size <= 4096) || c.op == "datagram") {
+      cv::datagram_options o;
+      o.max_send_wr = o.max_recv_wr = 64;
+      soft_verbs::soft_datagram_pair dg(io, o, size, cq_options);
+      bench_overhead::raw_datagram raw_dg(dg, size);
+      add("datagram", "raw", [&](int ops) { raw_dg.sendrecv(ops); });
+      add("datagram", "callback", [&](int ops) {
+        int to_start = ops, pending = 0;
+        bench_overhead::datagram_chain{&dg, size, &to_start, &pending}.start();
+        run(io);
+      });
+      add("datagram", "use_awaitable", [&](int ops) {
+        bench_overhead::await_datagrams(io, dg, size, ops, asio::use_awaitable);
+      });
+      add("datagram", "deferred", [&](int ops) { bench_overhead::await_datagrams(io, dg, size, ops, asio::deferred); });
+    }
     if (c.op.empty() || c.op == "bind") {
       window_setup u(rig.pd);
       add("bind", "raw", [&](int ops) { raw.bind_invalidate(u.raw, u.mr.native_handle(), ops); });

@@ -158,7 +158,7 @@ public:
   /// ibv_post_send.
   template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
   auto async_send_to(const datagram_destination& to, registered_span buf, Token&& token = default_token{}) {
-    return initiate(std::forward<Token>(token), send_op(to, detail::one_span(buf), IBV_WR_SEND, 0));
+    return initiate(std::forward<Token>(token), send_op(to, buf, IBV_WR_SEND, 0));
   }
 
   /// Sends the concatenation of `bufs` (at most `max_send_sge` spans) as one datagram to `to`.
@@ -173,7 +173,7 @@ public:
   template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
   auto async_send_to_with_imm(const datagram_destination& to, registered_span buf, std::uint32_t imm,
                               Token&& token = default_token{}) {
-    return initiate(std::forward<Token>(token), send_op(to, detail::one_span(buf), IBV_WR_SEND_WITH_IMM, imm));
+    return initiate(std::forward<Token>(token), send_op(to, buf, IBV_WR_SEND_WITH_IMM, imm));
   }
 
   /// As above over several spans.
@@ -191,21 +191,22 @@ public:
   /// healthy).
   template <boost::asio::completion_token_for<void(error_code, received_datagram)> Token = default_token>
   auto async_recv(registered_span buf, Token&& token = default_token{}) {
-    return initiate(std::forward<Token>(token), detail::datagram_recv_op{detail::one_span(buf)});
+    return initiate(std::forward<Token>(token), detail::datagram_recv_op<registered_span>{buf});
   }
 
   /// Posts one receive scattered into `bufs` (at most `max_recv_sge`, and `max_spans_per_operation - 2`).
   template <registered_span_sequence Spans,
             boost::asio::completion_token_for<void(error_code, received_datagram)> Token = default_token>
   auto async_recv(const Spans& bufs, Token&& token = default_token{}) {
-    return initiate(std::forward<Token>(token), detail::datagram_recv_op{detail::span_list::of(bufs)});
+    return initiate(std::forward<Token>(token), detail::datagram_recv_op<detail::span_list>{detail::span_list::of(bufs)});
   }
 
 private:
   friend struct detail::impl_access;
 
-  static detail::datagram_send_op send_op(const datagram_destination& to, const detail::span_list& bufs,
-                                          ibv_wr_opcode opcode, std::uint32_t imm) noexcept {
+  template <class Buffers>
+  static detail::datagram_send_op<Buffers> send_op(const datagram_destination& to, const Buffers& bufs,
+                                                   ibv_wr_opcode opcode, std::uint32_t imm) noexcept {
     return {bufs, to.ah ? to.ah->native_handle() : nullptr, to.qp_num, to.qkey, opcode, imm};
   }
 

@@ -47,7 +47,8 @@ private:
 };
 
 /// A datagram receive's `wr_node::post`: takes a slot into `n->sg[0]` and posts the receive; 0 or an errno
-/// (ENOBUFS with no slot free, which credits prevent).
+/// (ENOBUFS with no slot free, which credits prevent: one slot per credit, and one for the receive whose completion
+/// returned its credit and posted a waiting one before giving its slot back).
 int post_datagram_recv(ibv_qp* qp, wr_node* n);
 /// A datagram receive's `wr_node::on_complete`: copies the slot's header into the node (`grh_of`), where the
 /// completion reads it, and gives the slot back. Nothing for a receive never posted (`n->sg[0].addr` is 0).

@@ -148,7 +148,9 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
     const bool datagram = create.type == IBV_QPT_UD;
     if (datagram) {
       max_message_ = port_.active_mtu_bytes();  // one packet (IBA C10-93.1.1)
-      grh_ = std::make_unique<grh_slots>(pd, options_.max_recv_wr, static_cast<std::uint32_t>(max_message_));
+      // One slot per receive credit, and one more: a completing receive returns its credit, and the waiting
+      // receive that credit posts takes a slot, before the completing one gives its slot back (in its finish).
+      grh_ = std::make_unique<grh_slots>(pd, options_.max_recv_wr + 1, static_cast<std::uint32_t>(max_message_));
     }
     if (options.gid_index >= 0) {
       const auto gids = query_gids(context, options.port);

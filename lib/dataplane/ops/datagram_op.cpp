@@ -12,14 +12,60 @@
 
 namespace coverbs::detail {
 
-error_code datagram_send_op::prepare(queue_pair_impl* qp, wr_node& n) const {
-  if (!ah || ah->pd != qp->qp_->pd) return errc::address_handle_mismatch;
-  if (remote_qkey & 0x80000000u) return errc::invalid_qkey;
-  if (remote_qpn > 0xFFFFFFu) return errc::invalid_destination_qp;
+namespace {
+
+/// The refusals of a destination (address handle of another PD, Q_Key bit 31, a queue pair number above 24 bits).
+error_code check_destination(const queue_pair_impl* qp, const ibv_ah* ah, std::uint32_t qpn, std::uint32_t qkey) noexcept {
+  if (!ah || ah->pd != qp->qp_->pd) [[unlikely]]
+    return errc::address_handle_mismatch;
+  if (qkey & 0x80000000u) [[unlikely]]
+    return errc::invalid_qkey;
+  if (qpn > 0xFFFFFFu) [[unlikely]]
+    return errc::invalid_destination_qp;
+  return {};
+}
+
+/// The payload's SGEs into `n.sg` from `first` on: one span (none when empty), or a list as fill_list.
+error_code fill_payload(wr_node& n, const registered_span& buf, std::size_t first, std::uint32_t, std::size_t limit,
+                        std::size_t& entries, std::size_t& total) noexcept {
+  if (buf.size() > limit) return errc::message_too_long;
+  entries = buf.size() ? 1 : 0;
+  total = buf.size();
+  n.sg[first] = buf.to_sge();
+  return {};
+}
+error_code fill_payload(wr_node& n, const span_list& bufs, std::size_t first, std::uint32_t max_sge, std::size_t limit,
+                        std::size_t& entries, std::size_t& total) noexcept {
+  if (error_code ec = fill_list(n, bufs, max_sge, limit, entries, total)) return ec;
+  if (first) std::memmove(&n.sg[first], &n.sg[0], entries * sizeof n.sg[0]);
+  return {};
+}
+
+/// The send-queue work request over the payload: the send's own SGE for one span (as send_op), a list otherwise.
+ibv_send_wr& fill_payload_send(queue_pair_impl* qp, wr_node& n, const registered_span& buf, ibv_wr_opcode opcode,
+                               error_code& ec) {
+  if (buf.size() > qp->max_message_) ec = errc::datagram_too_long;
+  return fill_send(qp, n, buf, opcode);
+}
+ibv_send_wr& fill_payload_send(queue_pair_impl* qp, wr_node& n, const span_list& bufs, ibv_wr_opcode opcode,
+                               error_code& ec) {
   std::size_t entries = 0, total = 0;
-  if (error_code ec = fill_list(n, bufs, qp->options_.max_send_sge, qp->max_message_, entries, total))
-    return ec == errc::message_too_long ? make_error_code(errc::datagram_too_long) : ec;
-  ibv_send_wr& wr = fill_send_list(qp, n, entries, total, opcode);
+  ec = fill_list(n, bufs, qp->options_.max_send_sge, qp->max_message_, entries, total);
+  if (ec == errc::message_too_long) ec = errc::datagram_too_long;
+  return fill_send_list(qp, n, entries, total, opcode);
+}
+
+std::size_t span_count(const registered_span&) noexcept { return 1; }
+std::size_t span_count(const span_list& l) noexcept { return l.count; }
+
+}  // namespace
+
+template <class Buffers>
+error_code datagram_send_op<Buffers>::prepare(queue_pair_impl* qp, wr_node& n) const {
+  if (error_code ec = check_destination(qp, ah, remote_qpn, remote_qkey)) return ec;
+  error_code ec;
+  ibv_send_wr& wr = fill_payload_send(qp, n, bufs, opcode, ec);
+  if (ec) return ec;
   if (opcode == IBV_WR_SEND_WITH_IMM) wr.imm_data = htonl(imm);
   wr.wr.ud.ah = ah;
   wr.wr.ud.remote_qpn = remote_qpn;
@@ -27,11 +73,11 @@ error_code datagram_send_op::prepare(queue_pair_impl* qp, wr_node& n) const {
   return {};
 }
 
-error_code datagram_recv_op::prepare(queue_pair_impl* qp, wr_node& n) const {
-  if (bufs.count + 2 > max_spans_per_operation) return errc::too_many_spans;
+template <class Buffers>
+error_code datagram_recv_op<Buffers>::prepare(queue_pair_impl* qp, wr_node& n) const {
+  if (span_count(bufs) + 2 > max_spans_per_operation) return errc::too_many_spans;
   std::size_t entries = 0, total = 0;
-  if (error_code ec = fill_list(n, bufs, qp->options_.max_recv_sge, max_message, entries, total)) return ec;
-  std::memmove(&n.sg[1], &n.sg[0], entries * sizeof n.sg[0]);
+  if (error_code ec = fill_payload(n, bufs, 1, qp->options_.max_recv_sge, max_message, entries, total)) return ec;
   n.sg[0] = ibv_sge{0, grh_bytes, 0};  // the slot comes when the receive is posted
   std::size_t sges = entries + 1;
   // A datagram longer than the spans would fail the receive (rxe: loc_qp_op_err) and error the queue pair every
@@ -43,6 +89,11 @@ error_code datagram_recv_op::prepare(queue_pair_impl* qp, wr_node& n) const {
   n.context = qp->grh_.get();
   return {};
 }
+
+template struct datagram_send_op<registered_span>;
+template struct datagram_send_op<span_list>;
+template struct datagram_recv_op<registered_span>;
+template struct datagram_recv_op<span_list>;
 
 namespace {
 

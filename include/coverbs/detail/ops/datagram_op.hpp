@@ -16,30 +16,27 @@ namespace coverbs::detail {
 /// What the datagram receive `n` (its header copied into the node) and its completion `wc` report.
 received_datagram received_datagram_of(const wr_node& n, const ibv_wc* wc) noexcept;
 
-/// `span` as a list of one.
-inline span_list one_span(registered_span span) noexcept {
-  span_list l;
-  l.items[0] = span;
-  l.count = 1;
-  return l;
-}
-
+/// A datagram send, over one span (`Buffers` = registered_span: the send's own SGE, as `send_op`) or a list
+/// (`span_list`: gathered, as `gather_send_op`).
+template <class Buffers>
 struct datagram_send_op {
   using completion = length_result;
-  span_list bufs;
+  Buffers bufs;
   ibv_ah* ah = nullptr;
   std::uint32_t remote_qpn = 0;
   std::uint32_t remote_qkey = 0;
   ibv_wr_opcode opcode = IBV_WR_SEND;
   std::uint32_t imm = 0;  ///< immediate data (host byte order)
 
-  /// `errc::address_handle_mismatch`, `errc::invalid_qkey`, `errc::too_many_spans`, `errc::datagram_too_long`
-  /// before posting; fills `n.wr.send` with wr.ud.
+  /// `errc::address_handle_mismatch`, `errc::invalid_qkey`, `errc::invalid_destination_qp`,
+  /// `errc::too_many_spans`, `errc::datagram_too_long` before posting; fills `n.wr.send` with wr.ud.
   error_code prepare(queue_pair_impl* qp, wr_node& n) const;
 };
 
+/// A datagram receive into one span or a list (`Buffers` as above), behind a GRH slot.
+template <class Buffers>
 struct datagram_recv_op {
-  span_list bufs;
+  Buffers bufs;
 
   /// `errc::too_many_spans` (above max_recv_sge, or above max_spans_per_operation - 2: the GRH slot and the
   /// overflow area take two) before posting; fills `n.wr.recv` behind the GRH slot, taken when it is posted,
@@ -60,5 +57,10 @@ struct datagram_recv_op {
     }
   };
 };
+
+extern template struct datagram_send_op<registered_span>;
+extern template struct datagram_send_op<span_list>;
+extern template struct datagram_recv_op<registered_span>;
+extern template struct datagram_recv_op<span_list>;
 
 }  // namespace coverbs::detail
