@@ -7,6 +7,7 @@
 /// watermark, the next arena is registered in the background on the registration service's workers, so
 /// allocation never waits on the kernel in steady state.
 
+#include <coverbs/detail/token_check.hpp>
 #include <coverbs/registered_buffer.hpp>
 #include <coverbs/registration_service.hpp>
 
@@ -78,7 +79,7 @@ public:
   /// `errc::pool_exhausted` (max_arenas reached, or `size` exceeds every class), the errors of `reg_mr`.
   /// @par Per-Operation Cancellation
   /// Terminal, while an arena is being registered (as `reg_shared`).
-  template <boost::asio::completion_token_for<void(error_code, registered_buffer)> CompletionToken =
+  template <completion_token_or_handler<void(error_code, registered_buffer)> CompletionToken =
                 detail::default_token_t<registration_service::executor_type>>
   auto async_allocate(std::size_t size, CompletionToken&& token = {});
 

@@ -3,6 +3,7 @@
 /// `async_connect`: the active side of an rdma_cm connection, with its options (`connect_options`). The
 /// connection it completes with: coverbs/connection.hpp.
 
+#include <coverbs/detail/token_check.hpp>
 #include <coverbs/connection.hpp>
 #include <coverbs/connection_options.hpp>
 #include <coverbs/detail/cm_access.hpp>
@@ -58,11 +59,11 @@ struct connect_options : connection_options {
 /// standing for its executor. The default token is the executor's (`asio::default_completion_token_t`,
 /// e.g. from `asio::as_tuple(asio::use_awaitable).as_default_on(ex)`), else `asio::deferred` (awaited by `co_await`).
 template <detail::executor_or_context ExecutorOrContext,
-          boost::asio::completion_token_for<void(error_code, connection)> Token =
+          completion_token_or_handler<void(error_code, connection)> Token =
               detail::default_token_t<detail::executor_of_t<ExecutorOrContext>>>
 auto async_connect(ExecutorOrContext&& ex, std::string_view host, std::string_view port,
                    const connect_options& options, Token&& token = Token{}) {
-  return boost::asio::async_initiate<Token, void(error_code, connection)>(
+  return detail::initiate_checked<Token, void(error_code, connection)>(
       [ex = boost::asio::any_io_executor(detail::executor_of(ex))](auto handler, const std::string& h,
                                                                     const std::string& p, const connect_options& o) {
         detail::start_connect(ex, h, p, o, std::move(handler));
@@ -72,7 +73,7 @@ auto async_connect(ExecutorOrContext&& ex, std::string_view host, std::string_vi
 
 /// As above with a numeric port.
 template <detail::executor_or_context ExecutorOrContext,
-          boost::asio::completion_token_for<void(error_code, connection)> Token =
+          completion_token_or_handler<void(error_code, connection)> Token =
               detail::default_token_t<detail::executor_of_t<ExecutorOrContext>>>
 auto async_connect(ExecutorOrContext&& ex, std::string_view host, std::uint16_t port, const connect_options& options,
                    Token&& token = Token{}) {
@@ -81,7 +82,7 @@ auto async_connect(ExecutorOrContext&& ex, std::string_view host, std::uint16_t 
 
 /// As above with default `connect_options` (no options argument to write inside a `co_await`).
 template <detail::executor_or_context ExecutorOrContext,
-          boost::asio::completion_token_for<void(error_code, connection)> Token =
+          completion_token_or_handler<void(error_code, connection)> Token =
               detail::default_token_t<detail::executor_of_t<ExecutorOrContext>>>
 auto async_connect(ExecutorOrContext&& ex, std::string_view host, std::string_view port, Token&& token = Token{}) {
   return async_connect(ex, host, port, connect_options(), std::forward<Token>(token));
@@ -89,7 +90,7 @@ auto async_connect(ExecutorOrContext&& ex, std::string_view host, std::string_vi
 
 /// As above with a numeric port.
 template <detail::executor_or_context ExecutorOrContext,
-          boost::asio::completion_token_for<void(error_code, connection)> Token =
+          completion_token_or_handler<void(error_code, connection)> Token =
               detail::default_token_t<detail::executor_of_t<ExecutorOrContext>>>
 auto async_connect(ExecutorOrContext&& ex, std::string_view host, std::uint16_t port, Token&& token = Token{}) {
   return async_connect(ex, host, std::string_view(std::to_string(port)), connect_options(),

@@ -30,6 +30,7 @@
 /// conn.get_executor(), ...)`, and use and destroy it there). Cancellation of an accept or connect is
 /// emitted on the handler's executor.
 
+#include <coverbs/detail/token_check.hpp>
 #include <coverbs/completion_queue.hpp>
 #include <coverbs/detail/cm_access.hpp>
 #include <coverbs/detail/handler_executor.hpp>
@@ -113,9 +114,9 @@ public:
   /// moved-from) when the handler has no associated executor either: there is no thread to complete on.
   /// @par Per-Operation Cancellation Not supported: the disconnect request cannot be recalled.
   /// @par Thread Safety Call from the connection's executor.
-  template <boost::asio::completion_token_for<void(error_code)> Token = default_token>
+  template <completion_token_or_handler<void(error_code)> Token = default_token>
   auto async_disconnect(Token&& token = default_token{}) {
-    return boost::asio::async_initiate<Token, void(error_code)>(
+    return detail::initiate_checked<Token, void(error_code)>(
         [impl = impl_.get(), ex = impl_ ? executor_type() : ex_](auto handler) {
           const executor_type where = ex ? ex : detail::associated_io_executor(handler);
           detail::start_disconnect(impl, where, std::move(handler));

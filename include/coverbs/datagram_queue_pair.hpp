@@ -46,6 +46,7 @@
 /// @par Thread Safety
 /// Distinct objects: safe. Shared objects: unsafe; use a queue pair from its completion queue's executor.
 
+#include <coverbs/detail/token_check.hpp>
 #include <coverbs/address_handle.hpp>
 #include <coverbs/buffer.hpp>
 #include <coverbs/completion_queue.hpp>
@@ -68,6 +69,7 @@
 namespace coverbs {
 
 class protection_domain;
+class shared_receive_queue;
 
 /// The Q_Key rdma_cm gives datagram ids of its UDP port space (RDMA_UDP_QKEY): peers resolved through
 /// rdma_cm send with it, so it is `datagram_options::qkey`'s default.
@@ -94,6 +96,10 @@ struct datagram_options {
   /// (else `errc::invalid_qkey`).
   std::uint32_t qkey = rdma_cm_udp_qkey;
   std::uint16_t pkey_index = 0;  ///< the partition key's index in the port's P_Key table
+  /// Receive from this shared receive queue (made with `srq_options::datagram`, on this queue pair's receive
+  /// completion queue, in its protection domain) instead of a receive queue of its own: as
+  /// `queue_pair_options::srq`; `async_recv` then fails with `errc::receive_queue_is_shared`.
+  shared_receive_queue* srq = nullptr;
 };
 
 /// An unreliable-datagram queue pair on a completion queue, ready to send and receive once constructed (UD
@@ -156,21 +162,21 @@ public:
   /// @par Completion Signature `void(error_code, std::size_t bytes)`: success once it left the port.
   /// @par Errors before posting as the file comment says; `wr_flush_err` after an earlier error; the errno of
   /// ibv_post_send.
-  template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
+  template <completion_token_or_handler<void(error_code, std::size_t)> Token = default_token>
   auto async_send_to(const datagram_destination& to, registered_span buf, Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token), send_op(to, buf, IBV_WR_SEND, 0));
   }
 
   /// Sends the concatenation of `bufs` (at most `max_send_sge` spans) as one datagram to `to`.
   template <registered_span_sequence Spans,
-            boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
+            completion_token_or_handler<void(error_code, std::size_t)> Token = default_token>
   auto async_send_to(const datagram_destination& to, const Spans& bufs, Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token), send_op(to, detail::span_list::of(bufs), IBV_WR_SEND, 0));
   }
 
   /// As `async_send_to`, with 32 bits of immediate data (IBV_WR_SEND_WITH_IMM; host byte order), which the
   /// receive reports in `received::imm`.
-  template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
+  template <completion_token_or_handler<void(error_code, std::size_t)> Token = default_token>
   auto async_send_to_with_imm(const datagram_destination& to, registered_span buf, std::uint32_t imm,
                               Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token), send_op(to, buf, IBV_WR_SEND_WITH_IMM, imm));
@@ -178,7 +184,7 @@ public:
 
   /// As above over several spans.
   template <registered_span_sequence Spans,
-            boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
+            completion_token_or_handler<void(error_code, std::size_t)> Token = default_token>
   auto async_send_to_with_imm(const datagram_destination& to, const Spans& bufs, std::uint32_t imm,
                               Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token), send_op(to, detail::span_list::of(bufs), IBV_WR_SEND_WITH_IMM, imm));
@@ -189,14 +195,14 @@ public:
   /// @par Errors `wr_flush_err` (an earlier error, `reset()` or destruction), `errc::too_many_spans`,
   /// `errc::datagram_truncated` (a datagram longer than `buf` came: `bytes` is `buf`'s size, the queue pair is
   /// healthy).
-  template <boost::asio::completion_token_for<void(error_code, received_datagram)> Token = default_token>
+  template <completion_token_or_handler<void(error_code, received_datagram)> Token = default_token>
   auto async_recv(registered_span buf, Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token), detail::datagram_recv_op<registered_span>{buf});
   }
 
   /// Posts one receive scattered into `bufs` (at most `max_recv_sge`, and `max_spans_per_operation - 2`).
   template <registered_span_sequence Spans,
-            boost::asio::completion_token_for<void(error_code, received_datagram)> Token = default_token>
+            completion_token_or_handler<void(error_code, received_datagram)> Token = default_token>
   auto async_recv(const Spans& bufs, Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token), detail::datagram_recv_op<detail::span_list>{detail::span_list::of(bufs)});
   }
@@ -229,7 +235,7 @@ private:
 
   template <class Token, class Op>
   auto initiate(Token&& token, Op op) {
-    return boost::asio::async_initiate<Token, typename Op::completion::signature>(initiation{this}, token,
+    return detail::initiate_checked<Token, typename Op::completion::signature>(initiation{this}, token,
                                                                                   std::move(op));
   }
 

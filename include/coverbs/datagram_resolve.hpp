@@ -11,6 +11,7 @@
 /// the path (RDMA_CM_EVENT_ESTABLISHED, `param.ud`). No connection exists afterwards: the id is destroyed and
 /// the peer's queue pair number stays valid as long as the peer keeps that queue pair.
 
+#include <coverbs/detail/token_check.hpp>
 #include <coverbs/address_handle.hpp>
 #include <coverbs/datagram_queue_pair.hpp>
 #include <coverbs/detail/cm_access.hpp>
@@ -91,12 +92,12 @@ void start_resolve_datagram_peer(protection_domain& pd, const datagram_queue_pai
 /// destroyed (a reply that comes later is dropped by the kernel).
 /// @throws system_error EBADF when `via` is empty (moved from): there is no executor to complete on.
 /// @par Thread Safety Call from `via`'s executor. The handler runs on its associated executor, else `via`'s.
-template <boost::asio::completion_token_for<void(error_code, datagram_peer)> Token =
+template <completion_token_or_handler<void(error_code, datagram_peer)> Token =
               datagram_queue_pair::default_token>
 auto async_resolve_datagram_peer(protection_domain& pd, const datagram_queue_pair& via, std::string_view host,
                                  std::string_view port, const datagram_resolve_options& options,
                                  Token&& token = Token{}) {
-  return boost::asio::async_initiate<Token, void(error_code, datagram_peer)>(
+  return detail::initiate_checked<Token, void(error_code, datagram_peer)>(
       [&pd, &via](auto handler, const std::string& h, const std::string& p, const datagram_resolve_options& o) {
         detail::start_resolve_datagram_peer(pd, via, h, p, o, std::move(handler));
       },
@@ -104,7 +105,7 @@ auto async_resolve_datagram_peer(protection_domain& pd, const datagram_queue_pai
 }
 
 /// As above with a numeric port.
-template <boost::asio::completion_token_for<void(error_code, datagram_peer)> Token =
+template <completion_token_or_handler<void(error_code, datagram_peer)> Token =
               datagram_queue_pair::default_token>
 auto async_resolve_datagram_peer(protection_domain& pd, const datagram_queue_pair& via, std::string_view host,
                                  std::uint16_t port, const datagram_resolve_options& options,
@@ -114,7 +115,7 @@ auto async_resolve_datagram_peer(protection_domain& pd, const datagram_queue_pai
 }
 
 /// As above with default options.
-template <boost::asio::completion_token_for<void(error_code, datagram_peer)> Token =
+template <completion_token_or_handler<void(error_code, datagram_peer)> Token =
               datagram_queue_pair::default_token>
 auto async_resolve_datagram_peer(protection_domain& pd, const datagram_queue_pair& via, std::string_view host,
                                  std::uint16_t port, Token&& token = Token{}) {

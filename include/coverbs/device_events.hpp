@@ -43,6 +43,7 @@
 /// @par Thread Safety
 /// Distinct objects: safe. Shared objects: unsafe; use it from its executor (one thread, or a strand).
 
+#include <coverbs/detail/token_check.hpp>
 #include <coverbs/detail/device_event_channel.hpp>
 #include <coverbs/detail/handler_executor.hpp>
 #include <coverbs/device_event.hpp>
@@ -103,9 +104,10 @@ public:
   /// @par Errors `operation_aborted`: the wait was cancelled (a cancellation slot: terminal, partial or
   /// total; nothing is consumed), or the object was closed or destroyed.
   /// The handler runs on its associated executor, never inside this function.
-  template <boost::asio::completion_token_for<void(error_code, device_event)> Token = default_token>
+  template <completion_token_or_handler<void(error_code, device_event)> Token = default_token>
   auto async_wait_event(Token&& token = default_token{}) {
-    return checked_channel().async_receive(std::forward<Token>(token));
+    if constexpr (detail::token_fits<Token, void(error_code, device_event)>())
+      return checked_channel().async_receive(std::forward<Token>(token));
   }
 
   /// Events dropped because the queue was full.

@@ -268,6 +268,11 @@ enum class errc : int {
   /// would send to the number's low 24 bits). Refused before posting. Equivalent to
   /// `boost::system::errc::invalid_argument`.
   invalid_destination_qp,
+  /// A queue pair attached to a shared receive queue of the other transport: a datagram queue pair on an SRQ
+  /// made without `srq_options::datagram`, or an RC queue pair on one made with it (a datagram's 40-byte GRH
+  /// would land in the caller's buffer, or an RC message in coverbs' GRH slot). Refused when the queue pair is
+  /// created. Equivalent to `boost::system::errc::invalid_argument`.
+  srq_transport_mismatch,
 };
 
 /// The category of `wc_errc` values; name "coverbs.wc".

@@ -12,6 +12,7 @@
 /// handler runs on its associated executor, else the listener's, like Asio's
 /// `acceptor::async_accept(peer_context)`. `async_connect(ex, ...)` does all of its work on `ex`.
 
+#include <coverbs/detail/token_check.hpp>
 #include <coverbs/connection.hpp>
 #include <coverbs/connection_options.hpp>
 #include <coverbs/detail/cm_access.hpp>
@@ -140,7 +141,7 @@ public:
   /// `operation_aborted`; its handshakes go on for other accepts with the same options, or are rejected /
   /// their cm_ids destroyed; nothing leaks.
   /// @par Thread Safety Call from the listener's executor.
-  template <boost::asio::completion_token_for<void(error_code, connection)> Token = default_token>
+  template <completion_token_or_handler<void(error_code, connection)> Token = default_token>
   auto async_accept(const connection_options& options, Token&& token = default_token{}) {
     return async_accept(get_executor(), options, std::forward<Token>(token));
   }
@@ -149,34 +150,34 @@ public:
   /// handler runs on its associated executor, else the listener's.
   /// @par Errors as above, and `errc::executor_mismatch` (posted, nothing taken from the backlog) when
   /// `options.cq` is serviced by another executor than `peer_executor`.
-  template <boost::asio::completion_token_for<void(error_code, connection)> Token = default_token>
+  template <completion_token_or_handler<void(error_code, connection)> Token = default_token>
   auto async_accept(const executor_type& peer_executor, const connection_options& options,
                     Token&& token = default_token{}) {
-    return boost::asio::async_initiate<Token, void(error_code, connection)>(
+    return detail::initiate_checked<Token, void(error_code, connection)>(
         [impl = impl_.get()](auto handler, const executor_type& peer, const connection_options& o) {
           detail::start_accept(*impl, peer, o, std::move(handler));
         },
         token, peer_executor, options);
   }
   /// As above with `listener_options::connection`.
-  template <boost::asio::completion_token_for<void(error_code, connection)> Token = default_token>
+  template <completion_token_or_handler<void(error_code, connection)> Token = default_token>
   auto async_accept(const executor_type& peer_executor, Token&& token = default_token{}) {
     return async_accept(peer_executor, options_connection(), std::forward<Token>(token));
   }
   /// As the two above with the connection bound to `peer_context.get_executor()` (e.g. an `io_context`).
-  template <class ExecutionContext, boost::asio::completion_token_for<void(error_code, connection)> Token = default_token>
+  template <class ExecutionContext, completion_token_or_handler<void(error_code, connection)> Token = default_token>
     requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
   auto async_accept(ExecutionContext& peer_context, const connection_options& options,
                     Token&& token = default_token{}) {
     return async_accept(executor_type(peer_context.get_executor()), options, std::forward<Token>(token));
   }
-  template <class ExecutionContext, boost::asio::completion_token_for<void(error_code, connection)> Token = default_token>
+  template <class ExecutionContext, completion_token_or_handler<void(error_code, connection)> Token = default_token>
     requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
   auto async_accept(ExecutionContext& peer_context, Token&& token = default_token{}) {
     return async_accept(executor_type(peer_context.get_executor()), options_connection(), std::forward<Token>(token));
   }
   /// As `async_accept(options, token)` with `listener_options::connection`.
-  template <boost::asio::completion_token_for<void(error_code, connection)> Token = default_token>
+  template <completion_token_or_handler<void(error_code, connection)> Token = default_token>
   auto async_accept(Token&& token = default_token{}) {
     return async_accept(options_connection(), std::forward<Token>(token));
   }

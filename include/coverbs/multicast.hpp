@@ -9,6 +9,7 @@
 /// to the group (ibv_attach_mcast(3)). A datagram sent to `destination()` (queue pair number 0xFFFFFF, the
 /// group's Q_Key) reaches every attached queue pair — on Soft-RoCE the sender's own too, when it is attached.
 
+#include <coverbs/detail/token_check.hpp>
 #include <coverbs/address_handle.hpp>
 #include <coverbs/datagram_queue_pair.hpp>
 #include <coverbs/detail/cm_access.hpp>
@@ -94,11 +95,11 @@ void start_join_multicast(protection_domain& pd, datagram_queue_pair& via, std::
 /// @par Per-Operation Cancellation terminal, partial, total: completes with `operation_aborted`; nothing stays
 /// joined.
 /// @par Thread Safety Call from `via`'s executor. The handler runs on its associated executor, else `via`'s.
-template <boost::asio::completion_token_for<void(error_code, multicast_membership)> Token =
+template <completion_token_or_handler<void(error_code, multicast_membership)> Token =
               datagram_queue_pair::default_token>
 auto async_join_multicast(protection_domain& pd, datagram_queue_pair& via, std::string_view group,
                           const multicast_options& options, Token&& token = Token{}) {
-  return boost::asio::async_initiate<Token, void(error_code, multicast_membership)>(
+  return detail::initiate_checked<Token, void(error_code, multicast_membership)>(
       [&pd, &via](auto handler, const std::string& g, const multicast_options& o) {
         detail::start_join_multicast(pd, via, g, o, std::move(handler));
       },

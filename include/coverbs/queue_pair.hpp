@@ -63,6 +63,7 @@
 /// @par Thread Safety
 /// Distinct objects: safe. Shared objects: unsafe; use a queue pair from its completion queue's executor.
 
+#include <coverbs/detail/token_check.hpp>
 #include <coverbs/access.hpp>
 #include <coverbs/buffer.hpp>
 #include <coverbs/completion_queue.hpp>
@@ -219,14 +220,14 @@ public:
   /// @par Errors `wc_errc` of the completion (rnr_retry_exc_err: the peer posted no receive;
   /// retry_exc_err: the peer is unreachable), `wr_flush_err` after an earlier error, errno of ibv_post_send.
   /// @see ibv_post_send(3)
-  template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
+  template <completion_token_or_handler<void(error_code, std::size_t)> Token = default_token>
   auto async_send(registered_span buf, Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token), detail::send_op{buf, IBV_WR_SEND, 0});
   }
 
   /// Sends `buf` with 32 bits of immediate data (IBV_WR_SEND_WITH_IMM); `imm` in host byte order.
   /// @par Completion Signature `void(error_code, std::size_t bytes)`
-  template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
+  template <completion_token_or_handler<void(error_code, std::size_t)> Token = default_token>
   auto async_send_with_imm(registered_span buf, std::uint32_t imm, Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token), detail::send_op{buf, IBV_WR_SEND_WITH_IMM, imm});
   }
@@ -234,7 +235,7 @@ public:
   /// Sends `buf` and invalidates `rkey` at the peer (IBV_WR_SEND_WITH_INV); the peer's receive reports it
   /// in `received::invalidated_rkey`.
   /// @par Completion Signature `void(error_code, std::size_t bytes)`
-  template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
+  template <completion_token_or_handler<void(error_code, std::size_t)> Token = default_token>
   auto async_send_with_invalidate(registered_span buf, std::uint32_t rkey, Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token), detail::send_op{buf, IBV_WR_SEND_WITH_INV, rkey});
   }
@@ -246,7 +247,7 @@ public:
   /// `errc::receive_queue_is_shared` (before posting: the queue pair is attached to a shared receive queue),
   /// `errc::foreign_remote_invalidation` (the message was a send-with-invalidate naming a window not bound
   /// through this queue pair: a hostile peer; the queue pair stays healthy, `window_statistics()` counts it).
-  template <boost::asio::completion_token_for<void(error_code, received)> Token = default_token>
+  template <completion_token_or_handler<void(error_code, received)> Token = default_token>
   auto async_recv(registered_span buf, Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token), detail::recv_op{buf});
   }
@@ -257,13 +258,13 @@ public:
   /// @par Completion Signature `void(error_code, std::size_t bytes)`
   /// @par Errors `errc::remote_range_too_small` (before posting: `remote.length` < `local.size()`),
   /// `wc_errc::rem_access_err` (bad or revoked rkey, range outside it, no remote_write right).
-  template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
+  template <completion_token_or_handler<void(error_code, std::size_t)> Token = default_token>
   auto async_write(registered_span local, remote_key remote, Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token), detail::rdma_op{local, remote, IBV_WR_RDMA_WRITE, 0});
   }
 
   /// As `async_write`, and consumes a receive at the peer that reports `imm` (host byte order).
-  template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
+  template <completion_token_or_handler<void(error_code, std::size_t)> Token = default_token>
   auto async_write_with_imm(registered_span local, remote_key remote, std::uint32_t imm,
                             Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token), detail::rdma_op{local, remote, IBV_WR_RDMA_WRITE_WITH_IMM, imm});
@@ -272,7 +273,7 @@ public:
   /// Reads `local.size()` bytes from the start of `remote` into `local` (IBV_WR_RDMA_READ); `local` needs
   /// a region with local_write.
   /// @par Completion Signature `void(error_code, std::size_t bytes)`
-  template <boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
+  template <completion_token_or_handler<void(error_code, std::size_t)> Token = default_token>
   auto async_read(registered_span local, remote_key remote, Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token), detail::rdma_op{local, remote, IBV_WR_RDMA_READ, 0});
   }
@@ -282,7 +283,7 @@ public:
   /// @par Completion Signature `void(error_code, std::uint64_t old_value)`
   /// @par Errors `errc::misaligned_atomic` (remote address not 8-byte aligned, IBA o9-21),
   /// `errc::buffer_too_small`, `errc::atomics_unsupported` — all before posting.
-  template <boost::asio::completion_token_for<void(error_code, std::uint64_t)> Token = default_token>
+  template <completion_token_or_handler<void(error_code, std::uint64_t)> Token = default_token>
   auto async_fetch_add(registered_span result, remote_key remote, std::uint64_t add, Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token), detail::atomic_op{result, remote, IBV_WR_ATOMIC_FETCH_AND_ADD, add, 0});
   }
@@ -291,7 +292,7 @@ public:
   /// (IBV_WR_ATOMIC_CMP_AND_SWP). The old value goes to `result` and the handler either way; the swap took
   /// place exactly when old value == `compare`.
   /// @par Completion Signature `void(error_code, std::uint64_t old_value)`
-  template <boost::asio::completion_token_for<void(error_code, std::uint64_t)> Token = default_token>
+  template <completion_token_or_handler<void(error_code, std::uint64_t)> Token = default_token>
   auto async_compare_swap(registered_span result, remote_key remote, std::uint64_t compare, std::uint64_t swap,
                           Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token), detail::atomic_op{result, remote, IBV_WR_ATOMIC_CMP_AND_SWP, compare, swap});
@@ -309,14 +310,14 @@ public:
 
   /// Sends the concatenation of `bufs` as one message (IBV_WR_SEND).
   template <registered_span_sequence Spans,
-            boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
+            completion_token_or_handler<void(error_code, std::size_t)> Token = default_token>
   auto async_send(const Spans& bufs, Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token), detail::gather_send_op{detail::span_list::of(bufs), IBV_WR_SEND, 0});
   }
 
   /// Sends the concatenation of `bufs` with 32 bits of immediate data (IBV_WR_SEND_WITH_IMM).
   template <registered_span_sequence Spans,
-            boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
+            completion_token_or_handler<void(error_code, std::size_t)> Token = default_token>
   auto async_send_with_imm(const Spans& bufs, std::uint32_t imm, Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token),
                     detail::gather_send_op{detail::span_list::of(bufs), IBV_WR_SEND_WITH_IMM, imm});
@@ -326,14 +327,14 @@ public:
   /// arrived in all of them); a message longer than their total fails as for one span (`loc_len_err`, on rxe
   /// `loc_qp_op_err`). Empty spans add nothing and are left out of the list.
   template <registered_span_sequence Spans,
-            boost::asio::completion_token_for<void(error_code, received)> Token = default_token>
+            completion_token_or_handler<void(error_code, received)> Token = default_token>
   auto async_recv(const Spans& bufs, Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token), detail::scatter_recv_op{detail::span_list::of(bufs)});
   }
 
   /// Writes the concatenation of `local` to the start of `remote` (IBV_WR_RDMA_WRITE).
   template <registered_span_sequence Spans,
-            boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
+            completion_token_or_handler<void(error_code, std::size_t)> Token = default_token>
   auto async_write(const Spans& local, remote_key remote, Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token),
                     detail::scatter_gather_rdma_op{detail::span_list::of(local), remote, IBV_WR_RDMA_WRITE, 0});
@@ -341,7 +342,7 @@ public:
 
   /// As `async_write` over several spans, consuming a receive at the peer that reports `imm`.
   template <registered_span_sequence Spans,
-            boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
+            completion_token_or_handler<void(error_code, std::size_t)> Token = default_token>
   auto async_write_with_imm(const Spans& local, remote_key remote, std::uint32_t imm, Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token), detail::scatter_gather_rdma_op{detail::span_list::of(local), remote,
                                                                                IBV_WR_RDMA_WRITE_WITH_IMM, imm});
@@ -349,7 +350,7 @@ public:
 
   /// Reads from the start of `remote` into `local`, filled in order (IBV_WR_RDMA_READ).
   template <registered_span_sequence Spans,
-            boost::asio::completion_token_for<void(error_code, std::size_t)> Token = default_token>
+            completion_token_or_handler<void(error_code, std::size_t)> Token = default_token>
   auto async_read(const Spans& local, remote_key remote, Token&& token = default_token{}) {
     return initiate(std::forward<Token>(token),
                     detail::scatter_gather_rdma_op{detail::span_list::of(local), remote, IBV_WR_RDMA_READ, 0});
@@ -380,7 +381,7 @@ private:
   /// place an operation starts; window operations reach it through `detail::impl_access`.
   template <class Token, class Op>
   auto initiate(Token&& token, Op op) {
-    return boost::asio::async_initiate<Token, typename Op::completion::signature>(initiation{this}, token, std::move(op));
+    return detail::initiate_checked<Token, typename Op::completion::signature>(initiation{this}, token, std::move(op));
   }
 
   std::unique_ptr<detail::queue_pair_impl> impl_;

@@ -20,12 +20,6 @@ struct received {
   bool rdma_with_imm = false;                     ///< true for the receive side of write_with_imm
 };
 
-/// What a receive on a shared receive queue reports: what a queue pair's receive reports, and which queue
-/// pair the message arrived on (ibv_wc::qp_num).
-struct srq_received : received {
-  std::uint32_t qp_num = 0;  ///< the local queue pair (`queue_pair::qp_num()`) the message was sent to
-};
-
 /// Who sent a datagram, from its work completion and the 40-byte global route header the device wrote in
 /// front of it. An `address_handle` made from it reaches the sender (the reply path).
 struct datagram_sender {
@@ -47,6 +41,14 @@ struct datagram_sender {
 /// first span; `imm` as for a queue pair's receive; and the sender.
 struct received_datagram : received {
   datagram_sender sender;
+};
+
+/// What a receive on a shared receive queue reports: what a queue pair's receive reports, and which queue
+/// pair the message arrived on (ibv_wc::qp_num); on a datagram SRQ (`srq_options::datagram`), the sender too,
+/// and `bytes` is then the payload alone, as in `received_datagram`.
+struct srq_received : received {
+  std::uint32_t qp_num = 0;  ///< the local queue pair (`queue_pair::qp_num()`) the message was sent to
+  std::optional<datagram_sender> sender;  ///< set by a datagram SRQ
 };
 
 }  // namespace coverbs

@@ -25,6 +25,7 @@
 /// A cancellation takes effect when the emitting thread delivers it: a busy loop delivers late. Figures of
 /// a device run are in docs/registration.md.
 
+#include <coverbs/detail/token_check.hpp>
 #include <coverbs/access.hpp>
 #include <coverbs/buffer.hpp>
 #include <coverbs/detail/handler_executor.hpp>
@@ -189,7 +190,7 @@ registration_service& default_registration_service();
 /// @par Thread Safety
 /// Any thread. The handler runs on its associated executor (else the service's), never inside this call.
 /// @see ibv_reg_mr(3)
-template <boost::asio::completion_token_for<void(error_code, memory_region)> CompletionToken =
+template <completion_token_or_handler<void(error_code, memory_region)> CompletionToken =
               detail::default_token_t<registration_service::executor_type>>
 auto reg_mr(registration_service& service, protection_domain& pd, std::span<std::byte> buffer, access rights,
             CompletionToken&& token = {});
@@ -197,18 +198,18 @@ auto reg_mr(registration_service& service, protection_domain& pd, std::span<std:
 /// `use_awaitable` (it completes on the coroutine's executor), `asio::bind_executor(ex, callback)`, a strand,
 /// `use_future`. A handler without an associated executor (a plain callback, `detached`) is refused at compile
 /// time — nothing would say which loop runs it; use the overloads below that name the executor.
-template <boost::asio::completion_token_for<void(error_code, memory_region)> CompletionToken =
+template <completion_token_or_handler<void(error_code, memory_region)> CompletionToken =
               boost::asio::use_awaitable_t<>>
 auto reg_mr(protection_domain& pd, std::span<std::byte> buffer, access rights, CompletionToken&& token = {});
 /// `reg_mr` on `default_registration_service()`; the handler runs on its associated executor, else on `ex`
 /// (as an Asio I/O object's executor), never inside this call and never on the worker.
-template <typename Executor, boost::asio::completion_token_for<void(error_code, memory_region)> CompletionToken =
+template <typename Executor, completion_token_or_handler<void(error_code, memory_region)> CompletionToken =
                                   detail::default_token_t<Executor>>
   requires detail::is_any_executor_v<Executor>
 auto reg_mr(const Executor& ex, protection_domain& pd, std::span<std::byte> buffer, access rights,
             CompletionToken&& token = {});
 /// As above with `context.get_executor()` (e.g. an `io_context`).
-template <typename ExecutionContext, boost::asio::completion_token_for<void(error_code, memory_region)>
+template <typename ExecutionContext, completion_token_or_handler<void(error_code, memory_region)>
                                         CompletionToken = boost::asio::use_awaitable_t<>>
   requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
 auto reg_mr(ExecutionContext& context, protection_domain& pd, std::span<std::byte> buffer, access rights,
@@ -226,7 +227,7 @@ auto reg_mr(ExecutionContext& context, protection_domain& pd, std::span<std::byt
 /// @par Per-Operation Cancellation
 /// As `reg_mr`; a cancelled request gives up its share (the registration lives on while others hold it).
 /// @see ibv_reg_mr(3)
-template <boost::asio::completion_token_for<void(error_code, shared_region)> CompletionToken =
+template <completion_token_or_handler<void(error_code, shared_region)> CompletionToken =
               detail::default_token_t<registration_service::executor_type>>
 auto reg_shared(registration_service& service, protection_domain& pd, std::span<std::byte> buffer, access rights,
                 CompletionToken&& token = {});
@@ -239,7 +240,7 @@ auto reg_shared(registration_service& service, protection_domain& pd, std::span<
 /// @par Per-Operation Cancellation
 /// All types, only before the verb runs (the region is handed back); a running deregistration completes.
 /// @see ibv_dereg_mr(3)
-template <boost::asio::completion_token_for<void(error_code, memory_region)> CompletionToken =
+template <completion_token_or_handler<void(error_code, memory_region)> CompletionToken =
               detail::default_token_t<registration_service::executor_type>>
 auto dereg(registration_service& service, memory_region&& region, CompletionToken&& token = {});
 
@@ -254,7 +255,7 @@ auto dereg(registration_service& service, memory_region&& region, CompletionToke
 /// @par Per-Operation Cancellation
 /// All types, only before the verb runs; a running rereg completes.
 /// @see ibv_rereg_mr(3)
-template <boost::asio::completion_token_for<void(error_code, rereg_result)> CompletionToken =
+template <completion_token_or_handler<void(error_code, rereg_result)> CompletionToken =
               detail::default_token_t<registration_service::executor_type>>
 auto rereg(registration_service& service, memory_region&& region, const rereg_request& change,
            CompletionToken&& token = {});

@@ -49,6 +49,7 @@
 /// Distinct objects: safe. Shared objects: unsafe; use an SRQ (and its queue pairs) from its completion
 /// queue's executor.
 
+#include <coverbs/detail/token_check.hpp>
 #include <coverbs/buffer.hpp>
 #include <coverbs/completion_queue.hpp>
 #include <coverbs/detail/fwd.hpp>
@@ -83,6 +84,13 @@ struct srq_options {
   std::uint32_t max_sge = 1;
   /// Initial low watermark (ibv_srq_attr::srq_limit, see `set_limit`); 0: not armed.
   std::uint32_t limit = 0;
+  /// The SRQ serves datagram (UD) queue pairs (`datagram_options::srq`), and only those
+  /// (`errc::srq_transport_mismatch` otherwise): as a datagram queue pair's own receive queue, every receive
+  /// gets a registered 40-byte GRH slot in front of its span (the device is asked for max_sge + 2 entries) and
+  /// a scratch area behind it when shorter than the MTU of `port` (`errc::datagram_truncated`), and reports
+  /// `srq_received::sender`.
+  bool datagram = false;
+  std::uint8_t port = 1;  ///< with `datagram`: the port whose active MTU bounds a datagram
 };
 
 /// A shared receive queue on a completion queue. Move-only.
@@ -124,9 +132,9 @@ public:
   /// `errc::foreign_remote_invalidation` (the message was a send-with-invalidate naming a window not bound
   /// through the queue pair it arrived on: the peer is hostile; the result is still reported, `qp_num`
   /// names the queue pair to disconnect; the queue pair is not moved to the error state).
-  template <boost::asio::completion_token_for<void(error_code, srq_received)> Token = default_token>
+  template <completion_token_or_handler<void(error_code, srq_received)> Token = default_token>
   auto async_recv(registered_span buf, Token&& token = default_token{}) {
-    return boost::asio::async_initiate<Token, void(error_code, srq_received)>(recv_initiation{this}, token,
+    return detail::initiate_checked<Token, void(error_code, srq_received)>(recv_initiation{this}, token,
                                                                                detail::srq_recv_op{buf});
   }
 
@@ -136,9 +144,9 @@ public:
   /// @par Errors As for one span, and `errc::too_many_spans` before posting: more spans than
   /// `srq_options::max_sge` (or `max_spans_per_operation`).
   template <registered_span_sequence Spans,
-            boost::asio::completion_token_for<void(error_code, srq_received)> Token = default_token>
+            completion_token_or_handler<void(error_code, srq_received)> Token = default_token>
   auto async_recv(const Spans& bufs, Token&& token = default_token{}) {
-    return boost::asio::async_initiate<Token, void(error_code, srq_received)>(
+    return detail::initiate_checked<Token, void(error_code, srq_received)>(
         recv_initiation{this}, token, detail::scatter_srq_recv_op{detail::span_list::of(bufs)});
   }
 
@@ -152,9 +160,9 @@ public:
   /// event. Needs a `device_events` object on the device.
   /// @par Completion Signature `void(error_code)`; `operation_aborted` when cancelled or when the SRQ is
   /// destroyed.
-  template <boost::asio::completion_token_for<void(error_code)> Token = default_token>
+  template <completion_token_or_handler<void(error_code)> Token = default_token>
   auto async_wait_limit(Token&& token = default_token{}) {
-    return boost::asio::async_initiate<Token, void(error_code)>(limit_initiation{this}, token);
+    return detail::initiate_checked<Token, void(error_code)>(limit_initiation{this}, token);
   }
 
 private:

@@ -16,6 +16,7 @@
 /// Distinct objects: safe. Shared objects: unsafe. Used from the executor of the queue pair it is bound
 /// through.
 
+#include <coverbs/detail/token_check.hpp>
 #include <coverbs/buffer.hpp>
 #include <coverbs/detail/handler_executor.hpp>
 #include <coverbs/detail/lease_wait.hpp>
@@ -75,7 +76,7 @@ public:
   /// @par Completion Signature `void(error_code)`: success — the key is dead; EBADF on an empty lease.
   /// @par Executor As `async_hold`.
   /// @par Per-Operation Cancellation Not cancellable (it completes within one invalidation).
-  template <boost::asio::completion_token_for<void(error_code)> Token = queue_pair::default_token>
+  template <completion_token_or_handler<void(error_code)> Token = queue_pair::default_token>
   auto async_revoke(Token&& token = {}) {
     return async_wait_dead(false, std::forward<Token>(token));
   }
@@ -90,7 +91,7 @@ public:
   /// on a thread of Asio's system executor — bind it (`asio::bind_executor(io, callback)`).
   /// @par Per-Operation Cancellation All types: revokes the key, then completes with `operation_aborted`
   /// once the key is dead.
-  template <boost::asio::completion_token_for<void(error_code)> Token = queue_pair::default_token>
+  template <completion_token_or_handler<void(error_code)> Token = queue_pair::default_token>
   auto async_hold(Token&& token = {}) {
     return async_wait_dead(true, std::forward<Token>(token));
   }
@@ -98,7 +99,7 @@ public:
 private:
   template <class Token>
   auto async_wait_dead(bool hold, Token&& token) {
-    return boost::asio::async_initiate<Token, void(error_code)>(
+    return detail::initiate_checked<Token, void(error_code)>(
         [hold](auto handler, std::shared_ptr<detail::lease_state> s, executor_type ex) {
           if (!s && !ex) {  // default-constructed: only the handler's own executor can run it
             if constexpr (detail::has_associated_executor_v<decltype(handler)>)

@@ -3,6 +3,7 @@
 /// What is done with a memory window (memory_window.hpp) on the data path: `bind_mw`, `rebind_mw` and
 /// `invalidate`, queue-pair operations like those of queue_pair.hpp (credits, flushing, cancellation).
 
+#include <coverbs/detail/token_check.hpp>
 #include <coverbs/access.hpp>
 #include <coverbs/buffer.hpp>
 #include <coverbs/detail/ops/bind_op.hpp>
@@ -39,7 +40,7 @@ namespace coverbs {
 /// @par Per-Operation Cancellation As every queue-pair operation (queue_pair.hpp): terminal only once
 /// posted. A cancelled or flushed bind leaves no live key.
 /// @see ibv_bind_mw(3), ibv_post_send(3) (IBV_WR_BIND_MW), ibv_inc_rkey(3)
-template <boost::asio::completion_token_for<void(error_code, remote_key)> Token = queue_pair::default_token>
+template <completion_token_or_handler<void(error_code, remote_key)> Token = queue_pair::default_token>
 auto bind_mw(queue_pair& qp, memory_window& window, const memory_region& region, window_range range, access rights,
              Token&& token = {}) {
   return detail::impl_access::initiate(
@@ -53,7 +54,7 @@ auto bind_mw(queue_pair& qp, memory_window& window, const memory_region& region,
 /// If the chain fails, the window is replaced (deallocated and allocated again), so the old key is dead.
 /// @par Completion Signature `void(error_code, remote_key)`
 /// @par Errors As `bind_mw`, without `errc::window_still_bound`.
-template <boost::asio::completion_token_for<void(error_code, remote_key)> Token = queue_pair::default_token>
+template <completion_token_or_handler<void(error_code, remote_key)> Token = queue_pair::default_token>
 auto rebind_mw(queue_pair& qp, memory_window& window, const memory_region& region, window_range range, access rights,
                Token&& token = {}) {
   return detail::impl_access::initiate(
@@ -72,7 +73,7 @@ auto rebind_mw(queue_pair& qp, memory_window& window, const memory_region& regio
 /// @par Per-Operation Cancellation Terminal once posted (the queue pair goes to the error state; the key is
 /// still dead when the handler runs).
 /// @see ibv_post_send(3) (IBV_WR_LOCAL_INV), ibv_bind_mw(3)
-template <boost::asio::completion_token_for<void(error_code)> Token = queue_pair::default_token>
+template <completion_token_or_handler<void(error_code)> Token = queue_pair::default_token>
 auto invalidate(queue_pair& qp, memory_window& window, Token&& token = {}) {
   return detail::impl_access::initiate(qp, std::forward<Token>(token),
                                       detail::invalidate_window_op{detail::impl_of(window)});
@@ -81,7 +82,7 @@ auto invalidate(queue_pair& qp, memory_window& window, Token&& token = {}) {
 /// As above, for the window whose current key is `rkey` (in the queue pair's domain).
 /// @par Errors `errc::rkey_not_a_window` (no window coverbs knows has that live key; nothing is posted),
 /// then as above.
-template <boost::asio::completion_token_for<void(error_code)> Token = queue_pair::default_token>
+template <completion_token_or_handler<void(error_code)> Token = queue_pair::default_token>
 auto invalidate(queue_pair& qp, std::uint32_t rkey, Token&& token = {}) {
   return detail::impl_access::initiate(qp, std::forward<Token>(token), detail::invalidate_rkey_op{rkey});
 }

@@ -18,6 +18,7 @@
 /// of the queue pairs the leases are bound through). Not shared across loops: its state is unlocked and
 /// its timers run on the queue pair's executor. With a `loop_pool`, make one window pool per member.
 
+#include <coverbs/detail/token_check.hpp>
 #include <coverbs/access.hpp>
 #include <coverbs/detail/window_pool_start.hpp>
 #include <coverbs/memory_region.hpp>
@@ -70,10 +71,10 @@ public:
   /// @par Completion Signature `void(error_code, window_lease)`
   /// @par Errors `errc::window_pool_exhausted`, then those of `bind_mw` (the window returns to the pool).
   /// @par Per-Operation Cancellation As `bind_mw`.
-  template <boost::asio::completion_token_for<void(error_code, window_lease)> Token = queue_pair::default_token>
+  template <completion_token_or_handler<void(error_code, window_lease)> Token = queue_pair::default_token>
   auto async_lease(queue_pair& qp, const memory_region& region, window_range range, access rights,
                    std::chrono::steady_clock::duration ttl = {}, Token&& token = {}) {
-    return boost::asio::async_initiate<Token, void(error_code, window_lease)>(
+    return detail::initiate_checked<Token, void(error_code, window_lease)>(
         [this, &qp, &region, range, rights, ttl](auto handler) {
           detail::start_lease(impl_, qp, region, range, rights, ttl, detail::lease_handler(std::move(handler)));
         },

@@ -100,7 +100,8 @@ boost::system::error_condition coverbs_category_impl::default_error_condition(in
   case errc::qkey_mismatch: return make_error_condition(sys::invalid_argument);
   case errc::queue_pair_not_ready: return make_error_condition(sys::not_connected);
   case errc::datagram_truncated: return make_error_condition(sys::message_size);
-  case errc::invalid_destination_qp: return make_error_condition(sys::invalid_argument);
+  case errc::invalid_destination_qp:
+  case errc::srq_transport_mismatch: return make_error_condition(sys::invalid_argument);
   default: return {ev, *this};
   }
 }
@@ -306,6 +307,10 @@ std::string coverbs_category_impl::message(int ev) const {
     return "the destination's queue pair number is above 0xFFFFFF (IBA queue pair numbers have 24 bits; the "
            "device would send to its low 24 bits): use the number the peer reported (qp_num(), a received "
            "sender, or rdma_cm's resolution) — nothing was posted";
+  case errc::srq_transport_mismatch:
+    return "the shared receive queue serves the other transport: datagram (UD) queue pairs need one made with "
+           "srq_options::datagram = true (each receive gets coverbs' 40-byte GRH slot in front of its span), RC "
+           "queue pairs one made without it; create a shared receive queue per transport";
   }
   return "unknown coverbs error " + std::to_string(ev);
 }

@@ -22,6 +22,7 @@ queue_pair_options rc_shaped(const datagram_options& o) {
   q.max_inline_data = o.max_inline_data;
   q.port = o.port;
   q.gid_index = o.gid_index;
+  q.srq = o.srq;
   return q;
 }
 

@@ -6,6 +6,7 @@
 // receives hold none) and given back when it completes, after its header was copied into the node.
 
 #include <coverbs/error.hpp>
+#include <coverbs/received.hpp>
 
 #include <infiniband/verbs.h>
 
@@ -53,6 +54,9 @@ int post_datagram_recv(ibv_qp* qp, wr_node* n);
 /// A datagram receive's `wr_node::on_complete`: copies the slot's header into the node (`grh_of`), where the
 /// completion reads it, and gives the slot back. Nothing for a receive never posted (`n->sg[0].addr` is 0).
 void release_grh_slot(wr_node* n, error_code& ec);
+/// The sender of the datagram receive `n` (its header copied by release_grh_slot) completed by `wc`, which came
+/// with `qkey` (the receiving queue pair's): GID from the GRH (or RoCE v2's IPv4 header), qp_num, SL, P_Key index.
+datagram_sender sender_of(const wr_node& n, const ibv_wc& wc, std::uint32_t qkey) noexcept;
 /// The header release_grh_slot copied: `grh_bytes` bytes in the node's scatter list, which the device no
 /// longer reads once the receive completed.
 const std::uint8_t* grh_of(const wr_node& n) noexcept;

@@ -200,7 +200,7 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
     r->impl = this;
     register_qp(r);
     registration_ = std::move(r);
-    if (srq_) ++srq_->attached_;
+    if (srq_) srq_->attach(qp_->qp_num, create_.qkey);
   } catch (...) {
     if (qp_) ibv_destroy_qp(qp_);
     qp_ = nullptr;
@@ -241,7 +241,7 @@ queue_pair_impl::~queue_pair_impl() {
   if (const error_code ec = verbs_status_result(ibv_destroy_qp(qp_)))
     std::fprintf(stderr, "coverbs: ibv_destroy_qp failed (%s)\n", ec.message().c_str());
   else if (srq_)
-    --srq_->attached_;
+    srq_->detach(qp_->qp_num);
   if (send_cq_ == recv_cq_)
     send_cq_->unreserve(options_.max_send_wr + options_.max_recv_wr);
   else {
@@ -259,6 +259,13 @@ void queue_pair_impl::attach_srq(ibv_pd* pd, shared_receive_queue_impl* srq) {
     throw system_error(make_error_code(errc::srq_cq_mismatch),
                        "queue_pair_options::srq: the queue pair's receive completion queue is not the one the "
                        "shared receive queue was created on");
+  const bool datagram = create_.type == IBV_QPT_UD;
+  if ((srq->grh_ != nullptr) != datagram)
+    throw system_error(make_error_code(errc::srq_transport_mismatch),
+                       datagram ? "datagram_options::srq: a datagram queue pair needs a shared receive queue made "
+                                  "with srq_options::datagram = true"
+                                : "queue_pair_options::srq: the shared receive queue was made for datagram queue "
+                                  "pairs (srq_options::datagram); an RC queue pair needs one made without it");
   srq_ = srq;
   options_.max_recv_wr = 0;  // the queue pair's own receive queue is not used
   options_.max_recv_sge = 0;

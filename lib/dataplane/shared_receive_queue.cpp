@@ -2,6 +2,8 @@
 #include <coverbs/shared_receive_queue.hpp>
 
 #include "dataplane/cq_impl.hpp"
+#include "dataplane/grh_slots.hpp"
+#include "verbs/device_internal.hpp"
 #include "events/qp_registry.hpp"
 #include "dataplane/srq_impl.hpp"
 #include "dataplane/ops/work_request.hpp"
@@ -9,6 +11,9 @@
 
 #include <boost/asio/error.hpp>
 
+#include <arpa/inet.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 
@@ -26,15 +31,40 @@ namespace {
 }
 }  // namespace
 
-srq_received srq_received_of(const ibv_wc* wc) noexcept {
+srq_received srq_received_of(const wr_node& n, const ibv_wc* wc, error_code& ec) noexcept {
   srq_received r;
-  static_cast<received&>(r) = received_of(wc);
-  if (wc) r.qp_num = wc->qp_num;
+  if (!wc || !n.srq->grh_) {
+    static_cast<received&>(r) = received_of(wc);
+    if (wc) r.qp_num = wc->qp_num;
+    return r;
+  }
+  // A datagram: the payload behind the GRH, and its sender.
+  r.qp_num = wc->qp_num;
+  r.bytes = wc->byte_len > grh_bytes ? wc->byte_len - grh_bytes : 0;
+  if (wc->wc_flags & IBV_WC_WITH_IMM) r.imm = ntohl(wc->imm_data);
+  r.sender = sender_of(n, *wc, n.srq->qkey_of(wc->qp_num));
+  if (r.bytes > n.sge.length) {  // the rest went to the overflow scratch area
+    r.bytes = n.sge.length;
+    if (!ec) ec = errc::datagram_truncated;
+  }
   return r;
 }
 
-error_code srq_recv_op::prepare(shared_receive_queue_impl*, wr_node& n) const {
-  return fill_recv(n, buf);
+error_code srq_recv_op::prepare(shared_receive_queue_impl* srq, wr_node& n) const {
+  if (!srq->grh_) return fill_recv(n, buf);
+  if (buf.size() > max_message) return errc::message_too_long;
+  if (buf.size()) n.sg[1] = buf.to_sge();
+  srq->fill_datagram_recv(n, buf.size() ? 1 : 0, buf.size());
+  return {};
+}
+
+void shared_receive_queue_impl::fill_datagram_recv(wr_node& n, std::size_t entries, std::size_t total) const noexcept {
+  // As datagram_recv_op: the GRH slot (taken when posted), the spans, and the overflow area.
+  n.sg[0] = ibv_sge{0, grh_bytes, 0};
+  std::size_t sges = entries + 1;
+  if (total < max_datagram_) n.sg[sges++] = grh_->overflow(static_cast<std::uint32_t>(max_datagram_ - total));
+  fill_recv_list(n, sges, total);
+  n.context = grh_.get();  // where release_grh_slot gives the slot back
 }
 
 void srq_start(shared_receive_queue_impl* srq, wr_node* node, error_code ec) { srq->start(node, ec); }
@@ -74,10 +104,15 @@ shared_receive_queue_impl::shared_receive_queue_impl(ibv_pd* pd, cq_impl& cq, co
                        "shared_receive_queue(max_wr=" + std::to_string(options.max_wr) +
                            ") on a completion queue of depth " + std::to_string(cq.depth_) + " with " +
                            std::to_string(cq.reserved_) + " entries already reserved");
+  if (options.datagram) {
+    // One slot per receive credit, and one more (as a datagram queue pair's, qp_impl.hpp).
+    max_datagram_ = query_port(context, options.port).active_mtu_bytes();
+    grh_ = std::make_unique<grh_slots>(pd, options.max_wr + 1, static_cast<std::uint32_t>(max_datagram_));
+  }
   ibv_srq_init_attr init{};
   init.srq_context = this;
   init.attr.max_wr = options.max_wr;
-  init.attr.max_sge = options.max_sge;
+  init.attr.max_sge = options.max_sge + (options.datagram ? 2 : 0);  // the GRH slot and the overflow area
   srq_ = ibv_create_srq(pd, &init);
   if (const error_code ec = verbs_null_result(srq_)) {
     cq.unreserve(options.max_wr);
@@ -111,12 +146,14 @@ shared_receive_queue_impl::~shared_receive_queue_impl() {
                  "coverbs: shared receive queue destroyed with %zu queue pairs still attached; destroy them first "
                  "— the SRQ and its %zu posted receives are leaked\n",
                  attached_, posted_);
+    (void)grh_.release();  // the device may still write to it
     return;
   }
   closing_ = true;
   if (const error_code ec = verbs_status_result(ibv_destroy_srq(srq_))) {
     std::fprintf(stderr, "coverbs: ibv_destroy_srq failed (%s); the SRQ and its %zu posted receives are leaked\n",
                  ec.message().c_str(), posted_);
+    (void)grh_.release();
     return;
   }
   // No queue pair uses the SRQ any more: completions of its receives are in the queue already. Deliver
@@ -126,6 +163,7 @@ shared_receive_queue_impl::~shared_receive_queue_impl() {
     unlink_posted(n);
     --posted_;
     cq_->work_abandoned();
+    if (grh_) grh_->release(n->sg[0].addr);
     fail(n, boost::asio::error::operation_aborted);
   }
   while (wr_node* n = waiting_.pop())
@@ -164,11 +202,16 @@ void shared_receive_queue_impl::start(wr_node* n, error_code ec) {
 }
 
 void shared_receive_queue_impl::post_now(wr_node* n) {
+  if (grh_) {
+    n->sg[0] = grh_->take();  // never empty: one slot per credit, and a spare
+    if (!n->sg[0].addr) return fail(n, errno_code(ENOBUFS));
+  }
   --credits_;
   n->pending = 1;
   ibv_recv_wr* bad = nullptr;
   if (const int rc = ibv_post_srq_recv(srq_, &n->wr.recv, &bad); rc != 0) {
     ++credits_;
+    if (grh_) grh_->release(n->sg[0].addr);
     return fail(n, verbs_status_result(rc));
   }
   n->state = node_state::posted;
@@ -182,10 +225,11 @@ void shared_receive_queue_impl::on_completion(wr_node* n, const ibv_wc& wc, comp
   --posted_;
   ++credits_;
   error_code ec = make_error_code(wc.status);
+  if (grh_) release_grh_slot(n, ec);  // its header copied into the node: the slot serves the next receive
   // A peer's send-with-invalidate killed one of our windows' keys: record it before any handler runs. A key
   // of a window not bound through the queue pair the message came to (wc.qp_num) fails the receive
   // (errc::foreign_remote_invalidation).
-  if (!ec)
+  if (!ec && !grh_)
     if (const auto rkey = received_of(&wc).invalidated_rkey)
       ec = note_remote_invalidation(pd_->context, *rkey, wc.qp_num);
   if (!closing_)
@@ -221,6 +265,21 @@ void shared_receive_queue_impl::start_wait_limit(wr_node* n) {
   }
   n->state = node_state::waiting_credit;
   limit_waiters_.push(n);
+}
+
+void shared_receive_queue_impl::attach(std::uint32_t qp_num, std::uint32_t qkey) {
+  ++attached_;
+  if (grh_) qkeys_.emplace_back(qp_num, qkey);
+}
+
+void shared_receive_queue_impl::detach(std::uint32_t qp_num) noexcept {
+  --attached_;
+  std::erase_if(qkeys_, [&](const auto& e) { return e.first == qp_num; });
+}
+
+std::uint32_t shared_receive_queue_impl::qkey_of(std::uint32_t qp_num) const noexcept {
+  const auto it = std::find_if(qkeys_.begin(), qkeys_.end(), [&](const auto& e) { return e.first == qp_num; });
+  return it == qkeys_.end() ? 0 : it->second;
 }
 
 void shared_receive_queue_impl::on_limit_reached() {

@@ -9,10 +9,13 @@
 #include <boost/asio/cancellation_type.hpp>
 
 #include <memory>
+#include <utility>
+#include <vector>
 
 namespace coverbs::detail {
 
 class cq_impl;
+class grh_slots;
 struct srq_registration;
 
 class shared_receive_queue_impl {
@@ -26,6 +29,14 @@ public:
   void set_limit(std::uint32_t n);
   void start_wait_limit(wr_node* n);
   void on_limit_reached();
+  /// A queue pair was created on it / destroyed; a datagram queue pair's Q_Key is what its receives' senders carried.
+  void attach(std::uint32_t qp_num, std::uint32_t qkey);
+  void detach(std::uint32_t qp_num) noexcept;
+  /// A datagram SRQ's receive of `n`, whose spans are in n.sg[1 .. entries] (`total` bytes): the GRH slot's
+  /// place in front, the overflow area behind when they hold less than a datagram.
+  void fill_datagram_recv(wr_node& n, std::size_t entries, std::size_t total) const noexcept;
+  /// The Q_Key of the attached datagram queue pair `qp_num` (0 if none).
+  std::uint32_t qkey_of(std::uint32_t qp_num) const noexcept;
 
   ibv_pd* pd_;
   ibv_srq* srq_ = nullptr;
@@ -38,6 +49,9 @@ public:
   node_fifo limit_waiters_;   // pending async_wait_limit
   bool limit_reached_ = false;  // an event arrived while nobody waited
   bool closing_ = false;        // being destroyed: nothing more is posted
+  std::unique_ptr<grh_slots> grh_;  // a datagram SRQ's GRH slots and overflow area (srq_options::datagram)
+  std::size_t max_datagram_ = 0;    // with grh_: the port's active MTU in bytes
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> qkeys_;  // attached datagram queue pairs: (qp_num, Q_Key)
 
 private:
   void post_now(wr_node* n);

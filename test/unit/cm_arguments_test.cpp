@@ -58,8 +58,8 @@ namespace {
   (void)c.async_disconnect();
 }
 
-// A handler whose signature does not fit is refused at the call site (the completion_token_for constraint),
-// not deep inside the library.
+// A token that is no handler at all (an int, a string) is refused at the call site; a handler of the wrong
+// signature is taken and meets one static_assert naming the signature (the compile_time_help test).
 template <class Handler>
 concept connect_accepts = requires(const asio::any_io_executor& ex, Handler h) { cv::async_connect(ex, "h", 1, h); };
 template <class Handler>
@@ -67,12 +67,12 @@ concept accept_accepts = requires(cv::listener& l, Handler h) { l.async_accept(h
 template <class Handler>
 concept disconnect_accepts = requires(cv::connection& c, Handler h) { c.async_disconnect(h); };
 static_assert(connect_accepts<void (*)(error_code, cv::connection)>);
-static_assert(!connect_accepts<void (*)(error_code)>);
-static_assert(!connect_accepts<void (*)(error_code, int)>);
+static_assert(!connect_accepts<int>);
+static_assert(!connect_accepts<std::string>);
 static_assert(accept_accepts<void (*)(error_code, cv::connection)>);
-static_assert(!accept_accepts<void (*)(error_code, std::string)>);
+static_assert(!accept_accepts<std::string>);
 static_assert(disconnect_accepts<void (*)(error_code)>);
-static_assert(!disconnect_accepts<void (*)(error_code, cv::connection)>);
+static_assert(!disconnect_accepts<int>);
 // An io_context is accepted wherever an executor is, as by Asio's own I/O objects.
 static_assert(std::is_constructible_v<cv::listener, asio::io_context&, std::string_view, std::uint16_t>);
 static_assert(requires(asio::io_context& io) { cv::async_connect(io, "h", 1, [](error_code, cv::connection) {}); });

@@ -63,8 +63,11 @@ using recv_result = decltype(std::declval<qp&>().async_recv(span{}, std::declval
 template <class Token>
 using atomic_result = decltype(std::declval<qp&>().async_fetch_add(span{}, key{}, 1, std::declval<Token>()));
 
-// Every operation is constrained with asio::completion_token_for<its signature>, as Asio's own are: a
-// handler that does not fit is refused at the call site (the call is not viable), not deep inside coverbs.
+// Every operation takes a completion token for its signature (asio::completion_token_for) or anything that looks
+// like a handler (a function object with one call operator, a function pointer): something else (an int, a string)
+// is refused at the call site (the call is not viable, so overloads stay unambiguous). A handler of the wrong
+// signature is viable and meets one static_assert naming the signature it must have: the compile_time_help test
+// (test/compile_fail/) checks that for every kind of operation.
 template <class H>
 concept write_takes = requires(qp& q, H h) { q.async_write(span{}, key{}, h); };
 template <class H>
@@ -102,10 +105,10 @@ concept srq_recv_takes = requires(cv::shared_receive_queue& q, H h) { q.async_re
 template <class H>
 concept wait_event_takes = requires(cv::device_events& e, H h) { e.async_wait_event(h); };
 
-using wrong = void (*)(error_code, std::string);
-static_assert(write_takes<void (*)(error_code, std::size_t)> && !write_takes<wrong> && !write_takes<void (*)(int)>);
-static_assert(recv_takes<void (*)(error_code, cv::received)> && !recv_takes<void (*)(error_code, std::size_t)>);
-static_assert(fetch_add_takes<void (*)(error_code, std::uint64_t)> && !fetch_add_takes<void (*)(error_code)>);
+using wrong = std::string;  // not a handler
+static_assert(write_takes<void (*)(error_code, std::size_t)> && !write_takes<wrong> && !write_takes<int>);
+static_assert(recv_takes<void (*)(error_code, cv::received)> && !recv_takes<int>);
+static_assert(fetch_add_takes<void (*)(error_code, std::uint64_t)> && !fetch_add_takes<int>);
 static_assert(bind_takes<void (*)(error_code, cv::remote_key)> && !bind_takes<wrong>);
 static_assert(invalidate_takes<void (*)(error_code)> && !invalidate_takes<wrong>);
 static_assert(reg_takes<void (*)(error_code, cv::memory_region)> && !reg_takes<wrong>);

@@ -1,6 +1,7 @@
 #pragma once
 // Internal: the template bodies of buffer_pool.hpp (included at its end). Not part of the public API.
 
+#include <coverbs/detail/token_check.hpp>
 #include <coverbs/detail/pool_state.hpp>
 
 #include <boost/asio/compose.hpp>
@@ -48,10 +49,11 @@ struct buffer_pool::allocate_op {
   }
 };
 
-template <boost::asio::completion_token_for<void(error_code, registered_buffer)> CompletionToken>
+template <completion_token_or_handler<void(error_code, registered_buffer)> CompletionToken>
 auto buffer_pool::async_allocate(std::size_t size, CompletionToken&& token) {
-  return boost::asio::async_compose<CompletionToken, void(error_code, registered_buffer)>(
-      allocate_op{&service_, &pd_, state_, size}, token, service_.get_executor());
+  if constexpr (detail::token_fits<CompletionToken, void(error_code, registered_buffer)>())
+    return boost::asio::async_compose<CompletionToken, void(error_code, registered_buffer)>(
+        allocate_op{&service_, &pd_, state_, size}, token, service_.get_executor());
 }
 
 }  // namespace coverbs

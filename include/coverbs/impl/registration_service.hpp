@@ -1,6 +1,8 @@
 #pragma once
 // Template bodies of registration_service.hpp.
 
+#include <coverbs/detail/token_check.hpp>
+
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
@@ -130,7 +132,7 @@ struct initiate_request {
 template <typename Result, typename CompletionToken>
 auto start_request(registration_service& service, CompletionToken&& token, request_args args,
                    memory_region region = {}) {
-  return boost::asio::async_initiate<CompletionToken, void(error_code, Result)>(
+  return detail::initiate_checked<CompletionToken, void(error_code, Result)>(
       initiate_request<Result>{}, token, &service, service.get_executor(), args, std::move(region));
 }
 
@@ -141,7 +143,7 @@ auto start_default_reg(registration_service::executor_type fallback, protection_
                        std::span<std::byte> buffer, access rights, CompletionToken&& token) {
   registration_service& service = default_registration_service();
   if (!fallback) fallback = service.get_executor();
-  return boost::asio::async_initiate<CompletionToken, void(error_code, memory_region)>(
+  return detail::initiate_checked<CompletionToken, void(error_code, memory_region)>(
       initiate_request<memory_region, NeedsOwnExecutor>{}, token, &service, std::move(fallback),
       request_args{request_kind::reg, pd.native_handle(), buffer, rights, 0}, memory_region());
 }
@@ -150,7 +152,7 @@ auto start_default_reg(registration_service::executor_type fallback, protection_
 
 namespace coverbs {
 
-template <boost::asio::completion_token_for<void(error_code, memory_region)> CompletionToken>
+template <completion_token_or_handler<void(error_code, memory_region)> CompletionToken>
 auto reg_mr(registration_service& service, protection_domain& pd, std::span<std::byte> buffer, access rights,
             CompletionToken&& token) {
   return detail::start_request<memory_region>(
@@ -158,12 +160,12 @@ auto reg_mr(registration_service& service, protection_domain& pd, std::span<std:
       detail::request_args{detail::request_kind::reg, pd.native_handle(), buffer, rights, 0});
 }
 
-template <boost::asio::completion_token_for<void(error_code, memory_region)> CompletionToken>
+template <completion_token_or_handler<void(error_code, memory_region)> CompletionToken>
 auto reg_mr(protection_domain& pd, std::span<std::byte> buffer, access rights, CompletionToken&& token) {
   return detail::start_default_reg<true>({}, pd, buffer, rights, std::forward<CompletionToken>(token));
 }
 
-template <typename Executor, boost::asio::completion_token_for<void(error_code, memory_region)> CompletionToken>
+template <typename Executor, completion_token_or_handler<void(error_code, memory_region)> CompletionToken>
   requires detail::is_any_executor_v<Executor>
 auto reg_mr(const Executor& ex, protection_domain& pd, std::span<std::byte> buffer, access rights,
             CompletionToken&& token) {
@@ -171,14 +173,14 @@ auto reg_mr(const Executor& ex, protection_domain& pd, std::span<std::byte> buff
                                           std::forward<CompletionToken>(token));
 }
 
-template <typename ExecutionContext, boost::asio::completion_token_for<void(error_code, memory_region)> CompletionToken>
+template <typename ExecutionContext, completion_token_or_handler<void(error_code, memory_region)> CompletionToken>
   requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
 auto reg_mr(ExecutionContext& context, protection_domain& pd, std::span<std::byte> buffer, access rights,
             CompletionToken&& token) {
   return reg_mr(context.get_executor(), pd, buffer, rights, std::forward<CompletionToken>(token));
 }
 
-template <boost::asio::completion_token_for<void(error_code, shared_region)> CompletionToken>
+template <completion_token_or_handler<void(error_code, shared_region)> CompletionToken>
 auto reg_shared(registration_service& service, protection_domain& pd, std::span<std::byte> buffer, access rights,
                 CompletionToken&& token) {
   return detail::start_request<shared_region>(
@@ -186,14 +188,14 @@ auto reg_shared(registration_service& service, protection_domain& pd, std::span<
       detail::request_args{detail::request_kind::reg_shared, pd.native_handle(), buffer, rights, 0});
 }
 
-template <boost::asio::completion_token_for<void(error_code, memory_region)> CompletionToken>
+template <completion_token_or_handler<void(error_code, memory_region)> CompletionToken>
 auto dereg(registration_service& service, memory_region&& region, CompletionToken&& token) {
   return detail::start_request<memory_region>(
       service, std::forward<CompletionToken>(token),
       detail::request_args{detail::request_kind::dereg, nullptr, {}, access::none, 0}, std::move(region));
 }
 
-template <boost::asio::completion_token_for<void(error_code, rereg_result)> CompletionToken>
+template <completion_token_or_handler<void(error_code, rereg_result)> CompletionToken>
 auto rereg(registration_service& service, memory_region&& region, const rereg_request& change,
            CompletionToken&& token) {
   detail::request_args args{detail::request_kind::rereg, region.pd(), region.buffer(), region.rights(), 0};

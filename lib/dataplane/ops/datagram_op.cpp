@@ -75,6 +75,8 @@ error_code datagram_send_op<Buffers>::prepare(queue_pair_impl* qp, wr_node& n) c
 
 template <class Buffers>
 error_code datagram_recv_op<Buffers>::prepare(queue_pair_impl* qp, wr_node& n) const {
+  if (qp->srq_) [[unlikely]]
+    return errc::receive_queue_is_shared;  // datagram_options::srq: receive through the SRQ
   if (span_count(bufs) + 2 > max_spans_per_operation) return errc::too_many_spans;
   std::size_t entries = 0, total = 0;
   if (error_code ec = fill_payload(n, bufs, 1, qp->options_.max_recv_sge, max_message, entries, total)) return ec;
@@ -118,13 +120,18 @@ received_datagram received_datagram_of(const wr_node& n, const ibv_wc* wc) noexc
   if (!wc) return r;
   r.bytes = wc->byte_len > grh_bytes ? wc->byte_len - grh_bytes : 0;
   if (wc->wc_flags & IBV_WC_WITH_IMM) r.imm = ntohl(wc->imm_data);
-  datagram_sender& s = r.sender;
-  s.qp_num = wc->src_qp;
-  s.qkey = n.qp->create_.qkey;
-  s.sl = wc->sl;
-  s.pkey_index = wc->pkey_index;
-  s.lid = wc->slid;
-  if (wc->wc_flags & IBV_WC_GRH) {
+  r.sender = sender_of(n, *wc, n.qp->create_.qkey);
+  return r;
+}
+
+datagram_sender sender_of(const wr_node& n, const ibv_wc& wc, std::uint32_t qkey) noexcept {
+  datagram_sender s;
+  s.qp_num = wc.src_qp;
+  s.qkey = qkey;
+  s.sl = wc.sl;
+  s.pkey_index = wc.pkey_index;
+  s.lid = wc.slid;
+  if (wc.wc_flags & IBV_WC_GRH) {
     const std::uint8_t* grh = grh_of(n);
     s.ipv4 = holds_ipv4_header(grh);
     if (s.ipv4) {
@@ -134,7 +141,7 @@ received_datagram received_datagram_of(const wr_node& n, const ibv_wc* wc) noexc
       std::memcpy(s.source_gid.raw.data(), grh + 8, 16);
     }
   }
-  return r;
+  return s;
 }
 
 }  // namespace coverbs::detail

@@ -8,6 +8,8 @@
 
 #include <arpa/inet.h>
 
+#include <cstring>
+
 namespace coverbs::detail {
 
 error_code gather_send_op::prepare(queue_pair_impl* qp, wr_node& n) const {
@@ -40,8 +42,14 @@ error_code scatter_recv_op::prepare(queue_pair_impl* qp, wr_node& n) const {
 
 error_code scatter_srq_recv_op::prepare(shared_receive_queue_impl* srq, wr_node& n) const {
   std::size_t entries = 0, total = 0;
+  if (srq->grh_ && bufs.count + 2 > max_spans_per_operation) return errc::too_many_spans;  // GRH slot, overflow
   if (error_code ec = fill_list(n, bufs, srq->options_.max_sge, max_message, entries, total)) return ec;
-  fill_recv_list(n, entries, total);
+  if (!srq->grh_) {
+    fill_recv_list(n, entries, total);
+    return {};
+  }
+  std::memmove(&n.sg[1], &n.sg[0], entries * sizeof n.sg[0]);
+  srq->fill_datagram_recv(n, entries, total);
   return {};
 }
 

@@ -11,7 +11,7 @@
 namespace coverbs::detail {
 
 /// What the receive completion `wc` reports, with the queue pair it arrived on.
-srq_received srq_received_of(const ibv_wc* wc) noexcept;
+srq_received srq_received_of(const wr_node& n, const ibv_wc* wc, error_code& ec) noexcept;
 
 struct srq_recv_op {
   registered_span buf;
@@ -22,10 +22,12 @@ struct srq_recv_op {
   /// The completion arguments.
   struct completion {
     using signature = void(error_code, srq_received);
-    static auto result(error_code ec, const wr_node&, const ibv_wc* wc) {
+    static auto result(error_code ec, const wr_node& n, const ibv_wc* wc) {
       // A foreign remote invalidation still reports the message: its qp_num names the peer to drop.
       const bool reported = !ec || ec == errc::foreign_remote_invalidation;
-      return std::tuple(ec, reported ? srq_received_of(wc) : srq_received{});
+      if (!reported) return std::tuple(ec, srq_received{});
+      srq_received r = srq_received_of(n, wc, ec);  // a datagram SRQ's: errc::datagram_truncated
+      return std::tuple(ec, r);
     }
   };
 };
