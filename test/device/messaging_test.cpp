@@ -10,6 +10,7 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -27,6 +28,7 @@ namespace asio = boost::asio;
 namespace cv = coverbs;
 using asio::awaitable;
 using bytes = std::vector<std::byte>;
+using namespace boost::asio::experimental::awaitable_operators;
 
 namespace {
 
@@ -516,4 +518,74 @@ TEST_CASE("close completes pending operations with operation_aborted; later ones
   CHECK(*later == cv::errc::endpoint_closed);
   p.reset();  // endpoints, queue pairs and completion queue go; the loop still runs what was posted
   f.run_until([] { return false; }, std::chrono::seconds(1));
+}
+
+TEST_CASE("call || timer: the timer abandons the call at once; its late reply is dropped and counted",
+          "[messaging][cancel]") {
+  fixture f;
+  endpoint_pair p(f.io, f.dev, f.pd);
+  std::vector<cv::inbound_request> held;
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {  // the server takes the request and does not answer yet
+    auto [ec, req] = co_await p.server.async_receive_request(with_ec);
+    if (!ec) held.push_back(std::move(req));
+  }, asio::detached);
+  int timer_won = 0;
+  f.run([&]() -> awaitable<void> {
+    asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::milliseconds(300));
+    const bytes req(32, std::byte{4});
+    auto r = co_await (p.client.async_call(req, asio::use_awaitable) || t.async_wait(asio::use_awaitable));
+    timer_won = r.index() == 1;
+  });
+  CHECK(timer_won == 1);
+  REQUIRE(held.size() == 1);
+  CHECK(p.client.statistics().calls_abandoned == 1);
+  // The server answers now: the reply is dropped, its slot reposted, and the next call works.
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    co_await p.server.async_reply(held[0], asio::buffer("late", 4), with_ec);
+    held.clear();
+    co_await echo_server(p.server);
+  }, asio::detached);
+  REQUIRE(f.run_until([&] { return p.client.statistics().replies_dropped == 1; }));
+  const bytes req(8, std::byte{5});
+  const auto reply = f.run([&]() -> awaitable<bytes> {
+    cv::inbound_message m = co_await p.client.async_call(req);  // the default token, awaited in place
+    co_return bytes(m.bytes().begin(), m.bytes().end());
+  });
+  CHECK(reply == transform(req));
+}
+
+TEST_CASE("endpoints, queue pairs and queue destroyed with operations pending, then the io_context: nothing runs",
+          "[messaging][shutdown]") {
+  // As with Asio's own objects, a program destroys coverbs' objects before their io_context. The endpoints'
+  // state outlives them in the handlers queued in the loop (flushed receives, aborted operations) and dies
+  // with the io_context, which must then touch nothing that is gone (the protection domain included).
+  cv::device dev = cv::device::open();
+  auto pd = std::make_unique<cv::protection_domain>(dev);
+  auto io = std::make_unique<asio::io_context>();
+  auto cq = std::make_unique<cv::completion_queue>(*io, dev);
+  auto a = std::make_unique<cv::queue_pair>(*pd, *cq, qp_options());
+  auto b = std::make_unique<cv::queue_pair>(*pd, *cq, qp_options());
+  cv::connect_pair(*a, *b);
+  auto client = std::make_unique<cv::message_endpoint>(*pd, *a, endpoint_options());
+  auto server = std::make_unique<cv::message_endpoint>(*pd, *b, endpoint_options());
+  bool resumed = false, called = false;
+  asio::co_spawn(*io, [&]() -> awaitable<void> {
+    auto [ec, m] = co_await server->async_receive_message(with_ec);
+    resumed = true;
+  }, asio::detached);
+  client->async_call(asio::buffer("q", 1), [&](cv::error_code, cv::inbound_message) { called = true; });
+  io->run_for(std::chrono::milliseconds(300));
+  REQUIRE(client->statistics().messages_sent == 1);  // sent, waiting for a reply the server never gives
+  client.reset();
+  server.reset();
+  b.reset();
+  a.reset();
+  cq.reset();
+  cv::error_code ec;
+  pd->close(ec);  // the endpoints deregistered their slots when they closed
+  CHECK_FALSE(ec);
+  pd.reset();
+  io.reset();  // the coroutine's frame and the callback are destroyed with the context, never run
+  CHECK_FALSE(resumed);
+  CHECK_FALSE(called);
 }
