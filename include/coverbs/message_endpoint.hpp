@@ -199,7 +199,8 @@ private:
     void operator()(Handler&& handler, detail::message_op_kind kind, message_type type, std::uint64_t id,
                     const Buffers& buffers) const {
       using op_type = detail::message_op_impl<Result, executor_type, std::decay_t<Handler>, Buffers>;
-      auto* op = new op_type(std::forward<Handler>(handler), self->ex_, buffers);
+      std::decay_t<Handler> h(std::forward<Handler>(handler));
+      auto* op = op_type::create(std::move(h), self->ex_, buffers);
       op->kind = kind;
       op->type = type;
       op->correlation_id = id;

@@ -8,6 +8,7 @@
 #include <coverbs/inbound_request.hpp>
 #include <coverbs/message_header.hpp>
 
+#include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/buffer.hpp>
@@ -15,10 +16,12 @@
 #include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
+#include <boost/asio/recycling_allocator.hpp>
 
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <type_traits>
 #include <utility>
 
@@ -75,6 +78,19 @@ public:
       std::declval<boost::asio::associated_executor_t<Handler, Executor>>(),
       boost::asio::execution::outstanding_work.tracked))>;
 
+  /// Makes the operation in memory from the handler's associated allocator (Asio's recycling allocator by
+  /// default, so the steady state does not allocate).
+  static message_op_impl* create(Handler&& h, const Executor& ex, const Buffers& buffers) {
+    allocator_type alloc(boost::asio::get_associated_allocator(h, boost::asio::recycling_allocator<void>()));
+    message_op_impl* op = std::allocator_traits<allocator_type>::allocate(alloc, 1);
+    try {
+      return ::new (static_cast<void*>(op)) message_op_impl(std::move(h), ex, buffers);
+    } catch (...) {
+      std::allocator_traits<allocator_type>::deallocate(alloc, op, 1);
+      throw;
+    }
+  }
+
   message_op_impl(Handler&& h, const Executor& ex, const Buffers& buffers)
       : handler_(std::move(h)),
         work_(boost::asio::prefer(boost::asio::get_associated_executor(handler_, ex),
@@ -90,6 +106,7 @@ public:
 
   void complete(error_code ec, inbound_message m, std::uint64_t id, bool in_place) noexcept override {
     clear_slot();
+    allocator_type alloc = get_allocator();
     auto fn = [h = std::move(handler_), ec, m = std::move(m), id]() mutable {
       if constexpr (std::is_void_v<Result>)
         std::move(h)(ec);
@@ -99,7 +116,7 @@ public:
         std::move(h)(ec, std::move(m));
     };
     work_executor w = std::move(work_);
-    delete this;  // before the upcall: the handler may start the next operation
+    free(alloc);  // before the upcall: the handler may start the next operation
     if (in_place)
       boost::asio::dispatch(w, std::move(fn));
     else
@@ -108,10 +125,21 @@ public:
 
   void destroy() noexcept override {
     clear_slot();
-    delete this;
+    free(get_allocator());
   }
 
 private:
+  using allocator_type = typename std::allocator_traits<
+      boost::asio::associated_allocator_t<Handler, boost::asio::recycling_allocator<void>>>::template rebind_alloc<message_op_impl>;
+
+  allocator_type get_allocator() const noexcept {
+    return allocator_type(boost::asio::get_associated_allocator(handler_, boost::asio::recycling_allocator<void>()));
+  }
+  void free(allocator_type alloc) noexcept {
+    this->~message_op_impl();
+    std::allocator_traits<allocator_type>::deallocate(alloc, this, 1);
+  }
+
   struct canceller {
     message_op* op;
     void operator()(boost::asio::cancellation_type type) const {
