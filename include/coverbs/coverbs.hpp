@@ -12,9 +12,13 @@
 #include <coverbs/device_event.hpp>
 #include <coverbs/device_events.hpp>
 #include <coverbs/error.hpp>
+#include <coverbs/inbound_message.hpp>
+#include <coverbs/inbound_request.hpp>
 #include <coverbs/loop_pool.hpp>
 #include <coverbs/memory_region.hpp>
 #include <coverbs/memory_window.hpp>
+#include <coverbs/message_endpoint.hpp>
+#include <coverbs/message_header.hpp>
 #include <coverbs/protection_domain.hpp>
 #include <coverbs/queue_pair.hpp>
 #include <coverbs/received.hpp>

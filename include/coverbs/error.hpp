@@ -273,6 +273,23 @@ enum class errc : int {
   /// would land in the caller's buffer, or an RC message in coverbs' GRH slot). Refused when the queue pair is
   /// created. Equivalent to `boost::system::errc::invalid_argument`.
   srq_transport_mismatch,
+
+  // --- messaging (message_endpoint.hpp) ---
+  /// A message longer than the endpoint's slot (`message_options::slot_size`) was handed to `async_call`,
+  /// `async_reply` or `async_send_message`. Refused before posting; the endpoint and its queue pair stay
+  /// healthy. `message_endpoint::diagnostic()` names both sizes. Equivalent to
+  /// `boost::system::errc::message_size` (EMSGSIZE).
+  message_too_large,
+  /// The peer broke the wire protocol: a message too short for the header, a wrong magic or version, an
+  /// unknown type, a payload length above the slot size or different from what arrived, a reply nobody
+  /// called for, more credits returned than were granted. The endpoint fails: every pending operation
+  /// completes with this error; `message_endpoint::diagnostic()` says what arrived. Treat the peer as hostile.
+  protocol_violation,
+  /// The peer sent more messages than the credits it was granted (the receives this side has posted and
+  /// reported): a peer that ignores flow control. The endpoint fails as for `protocol_violation`.
+  credit_overrun,
+  /// An operation on a `message_endpoint` that was closed (or moved from). Nothing was posted.
+  endpoint_closed,
 };
 
 /// The category of `wc_errc` values; name "coverbs.wc".

@@ -35,6 +35,7 @@
 /// it is false, and do not unmap or replace memory while a peer may still write into it: invalidation
 /// cannot take a key back from a peer, only the deregistration after the last handle goes does.
 
+#include <coverbs/detail/token_check.hpp>
 #include <coverbs/detail/cache_state.hpp>
 #include <coverbs/registration_service.hpp>
 
@@ -168,8 +169,9 @@ struct registration_cache::acquire_op {
 template <typename CompletionToken>
 auto registration_cache::async_acquire(protection_domain& pd, std::span<std::byte> buffer, access rights,
                                        CompletionToken&& token) {
-  return boost::asio::async_compose<CompletionToken, void(error_code, shared_region)>(
-      acquire_op{&service_, state_, &pd, buffer, rights}, token, service_.get_executor());
+  if constexpr (detail::token_fits<CompletionToken, void(error_code, shared_region)>())
+    return boost::asio::async_compose<CompletionToken, void(error_code, shared_region)>(
+        acquire_op{&service_, state_, &pd, buffer, rights}, token, service_.get_executor());
 }
 
 } // namespace coverbs

@@ -102,6 +102,8 @@ boost::system::error_condition coverbs_category_impl::default_error_condition(in
   case errc::datagram_truncated: return make_error_condition(sys::message_size);
   case errc::invalid_destination_qp:
   case errc::srq_transport_mismatch: return make_error_condition(sys::invalid_argument);
+  case errc::message_too_large: return make_error_condition(sys::message_size);
+  case errc::endpoint_closed: return make_error_condition(sys::not_connected);
   default: return {ev, *this};
   }
 }
@@ -311,6 +313,23 @@ std::string coverbs_category_impl::message(int ev) const {
     return "the shared receive queue serves the other transport: datagram (UD) queue pairs need one made with "
            "srq_options::datagram = true (each receive gets coverbs' 40-byte GRH slot in front of its span), RC "
            "queue pairs one made without it; create a shared receive queue per transport";
+  case errc::message_too_large:
+    return "the message is longer than the endpoint's slots (message_options::slot_size; "
+           "message_endpoint::diagnostic() names both sizes): nothing was posted and the endpoint stays usable; "
+           "send at most slot_size() bytes, make the slots larger on both sides, or move the payload by RDMA "
+           "read or write";
+  case errc::protocol_violation:
+    return "the peer broke the messaging protocol (bad magic or type, a length above the slot size or different "
+           "from what arrived, a reply no call awaits, more credits returned than granted; "
+           "message_endpoint::diagnostic() says which): the endpoint failed and every pending operation with "
+           "it; close it and disconnect the peer";
+  case errc::credit_overrun:
+    return "the peer sent more messages than it had credits for (receives this side posted and reported): "
+           "it ignores flow control; the endpoint failed and every pending operation with it; close it and "
+           "disconnect the peer";
+  case errc::endpoint_closed:
+    return "the message endpoint was closed (or moved from): nothing was posted; make a new endpoint on a "
+           "connected queue pair";
   }
   return "unknown coverbs error " + std::to_string(ev);
 }

@@ -42,6 +42,21 @@ namespace cv = coverbs;
   pool.async_allocate(64, HANDLER([](error_code, cv::registered_buffer) {}, [](error_code) {}));
 }
 
+[[maybe_unused]] void caching(cv::registration_cache& cache, cv::protection_domain& pd, std::span<std::byte> bytes) {
+  using cv::error_code;
+  cache.async_acquire(pd, bytes, cv::access::local_write,
+                      HANDLER([](error_code, cv::shared_region) {}, [](error_code, cv::memory_region) {}));
+}
+
+[[maybe_unused]] void messaging(cv::message_endpoint& e, cv::inbound_request& r, std::span<const std::byte> bytes) {
+  using cv::error_code;
+  e.async_call(bytes, HANDLER([](error_code, cv::inbound_message) {}, [](error_code, std::size_t) {}));
+  e.async_receive_request(HANDLER([](error_code, cv::inbound_request) {}, [](error_code, cv::inbound_message) {}));
+  e.async_reply(r, bytes, HANDLER([](error_code) {}, [](error_code, cv::inbound_message) {}));
+  e.async_send_message(bytes, HANDLER([](error_code) {}, [](cv::inbound_message) {}));
+  e.async_receive_message(HANDLER([](error_code, cv::inbound_message) {}, [](error_code) {}));
+}
+
 #if __has_include(<rdma/rdma_cma.h>)
 [[maybe_unused]] void connections(boost::asio::io_context& io, cv::listener& l, cv::connection& c,
                                   cv::protection_domain& pd, cv::datagram_queue_pair& dq) {

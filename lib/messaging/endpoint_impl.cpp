@@ -1,0 +1,352 @@
+#include "messaging/endpoint_impl.hpp"
+
+#include <coverbs/protection_domain.hpp>
+
+#include <boost/asio/execution/context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/query.hpp>
+
+#include <cstring>
+
+namespace coverbs::detail {
+
+namespace {
+
+constexpr std::uint32_t no_call = std::numeric_limits<std::uint32_t>::max();
+
+std::byte* allocate_slots(std::size_t bytes) {
+  const std::size_t rounded = (bytes + 4095) / 4096 * 4096;
+  auto* p = static_cast<std::byte*>(std::aligned_alloc(4096, rounded));
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  return p;
+}
+
+[[noreturn]] void refuse(error_code ec, const std::string& what) { throw system_error(ec, what); }
+
+}  // namespace
+
+void op_list::push_back(message_op* op) noexcept {
+  op->next = nullptr;
+  op->prev = tail_;
+  (tail_ ? tail_->next : head_) = op;
+  tail_ = op;
+}
+
+void op_list::erase(message_op* op) noexcept {
+  (op->prev ? op->prev->next : head_) = op->next;
+  (op->next ? op->next->prev : tail_) = op->prev;
+  op->prev = op->next = nullptr;
+}
+
+endpoint_impl::endpoint_impl(protection_domain& pd, queue_pair& qp, const message_options& options)
+    : qp_(&qp), ex_(qp.get_executor()), options_(options), stride_(message_header::size + options.slot_size),
+      recv_count_(options.recv_slots + credit_ledger::control_slots), ledger_(options.recv_slots) {
+  const auto invalid = make_error_code(boost::system::errc::invalid_argument);
+  if (options.slot_size == 0 || options.slot_size + message_header::size > qp.max_message_size())
+    refuse(invalid, "message_options::slot_size = " + std::to_string(options.slot_size) +
+                        ": must be 1 .. the queue pair's max_message_size() less the " +
+                        std::to_string(message_header::size) + "-byte header (" +
+                        std::to_string(qp.max_message_size() - message_header::size) + ")");
+  if (options.recv_slots == 0 || options.recv_slots > 0xFFFF)
+    refuse(invalid, "message_options::recv_slots = " + std::to_string(options.recv_slots) + ": must be 1 .. 65535");
+  if (options.send_slots == 0) refuse(invalid, "message_options::send_slots = 0: must be at least 1");
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  if (const error_code ec = verbs_status_result(::ibv_query_qp(qp.native_handle(), &attr, IBV_QP_CAP, &init)))
+    refuse(ec, "ibv_query_qp(IBV_QP_CAP) of the message endpoint's queue pair");
+  if (init.srq)
+    refuse(make_error_code(errc::receive_queue_is_shared),
+           "a message endpoint posts its own receives: its queue pair must not use a shared receive queue");
+  if (recv_count_ > attr.cap.max_recv_wr)
+    refuse(make_error_code(errc::device_limit_exceeded),
+           "message_options::recv_slots = " + std::to_string(options.recv_slots) + " plus " +
+               std::to_string(credit_ledger::control_slots) + " control receives exceeds the queue pair's max_recv_wr " +
+               std::to_string(attr.cap.max_recv_wr) + " (queue_pair_options::max_recv_wr)");
+  recv_mem_.reset(allocate_slots(recv_count_ * stride_));
+  send_mem_.reset(allocate_slots(options.send_slots * stride_));
+  recv_mr_ = memory_region(pd, {recv_mem_.get(), recv_count_ * stride_}, access::local_write);
+  send_mr_ = memory_region(pd, {send_mem_.get(), options.send_slots * stride_}, access::local_write);
+  free_send_.reserve(options.send_slots);
+  for (std::uint32_t s = options.send_slots; s-- > 0;) free_send_.push_back(s);
+  in_flight_.assign(options.send_slots, nullptr);
+}
+
+endpoint_impl::~endpoint_impl() { on_context_shutdown(); }
+
+void endpoint_impl::start() {
+  enroll(boost::asio::query(ex_, boost::asio::execution::context));
+  for (std::uint32_t s = 0; s < recv_count_; ++s) post_receive(s);
+  schedule_credit_check();  // the first credit message grants the peer recv_slots
+}
+
+void endpoint_impl::post_receive(std::uint32_t slot) noexcept {
+  qp_->async_recv(span_of(recv_mr_, slot * stride_, stride_),
+                  [self = shared_from_this(), slot](error_code ec, received r) { self->on_receive(slot, ec, r.bytes); });
+}
+
+inbound_message endpoint_impl::view(const parked& p) {
+  return inbound_message(shared_from_this(), p.slot, {recv_slot(p.slot) + message_header::size, p.length});
+}
+
+message_op* endpoint_impl::take_waiter(message_op_kind kind) noexcept {
+  message_op* op = (kind == message_op_kind::receive_request ? request_waiters_ : message_waiters_).pop_front();
+  if (op) op->owner = nullptr;
+  return op;
+}
+
+void endpoint_impl::on_receive(std::uint32_t slot, error_code ec, std::size_t bytes) noexcept {
+  if (ec) {
+    if (healthy()) fail(ec, "a receive of the message endpoint failed: " + ec.message());
+    return;
+  }
+  if (!healthy()) return;  // closed or failed: the message is dropped and its slot not posted again
+  message_header h;
+  std::string why = decode_header({recv_slot(slot), bytes}, options_.slot_size, h);
+  if (!why.empty()) return fail(make_error_code(errc::protocol_violation), "protocol violation: " + why);
+  const bool control = h.type == message_type::credit;
+  why = ledger_.arrived(control);
+  if (!why.empty()) return fail(make_error_code(errc::credit_overrun), "credit overrun: " + why);
+  why = ledger_.returned(h.data_credits, h.control_credits);
+  if (!why.empty()) return fail(make_error_code(errc::protocol_violation), "protocol violation: " + why);
+  if (control) {
+    ++stats_.credit_updates_received;
+    post_receive(slot);
+    ledger_.reposted(true);
+    pump();
+    schedule_credit_check();
+    return;
+  }
+  ++stats_.messages_received;
+  const parked p{slot, h.length, h.correlation_id};
+  message_op* op = nullptr;
+  if (h.type == message_type::reply) {
+    const auto index = static_cast<std::uint32_t>(h.correlation_id);
+    const auto generation = static_cast<std::uint32_t>(h.correlation_id >> 32);
+    if (index >= calls_.size() || calls_[index].generation != generation || calls_[index].st == call_entry::state::free)
+      return fail(make_error_code(errc::protocol_violation),
+                  "protocol violation: a reply for correlation id " + std::to_string(h.correlation_id) +
+                      ", which no call awaits");
+    call_entry& e = calls_[index];
+    op = e.op;
+    e.op = nullptr;
+    e.st = call_entry::state::free;
+    free_calls_.push_back(index);
+    if (op) {
+      op->owner = nullptr;
+      op->call_index = no_call;
+    } else {
+      ++stats_.replies_dropped;  // its call was abandoned
+      release(slot);
+    }
+  } else if (h.type == message_type::request) {
+    if (!(op = take_waiter(message_op_kind::receive_request))) requests_.push_back(p);
+  } else if (!(op = take_waiter(message_op_kind::receive_message))) {
+    messages_.push_back(p);
+  }
+  pump();
+  schedule_credit_check();
+  if (op) op->complete({}, view(p), p.id, true);
+}
+
+void endpoint_impl::on_send(std::uint32_t slot, error_code ec) noexcept {
+  message_op* op = in_flight_[slot];
+  in_flight_[slot] = nullptr;
+  free_send_.push_back(slot);
+  if (ec && healthy()) fail(ec, "a send of the message endpoint failed: " + ec.message());
+  if (op) {
+    op->owner = nullptr;
+    op->complete(ec, {}, 0, true);
+  }
+  pump();
+  schedule_credit_check();
+}
+
+void endpoint_impl::post_message(std::uint32_t slot, message_type type, std::uint64_t id, message_op* op) noexcept {
+  std::byte* p = send_slot(slot);
+  message_header h;
+  h.type = type;
+  h.length = op ? static_cast<std::uint32_t>(op->length) : 0;
+  h.correlation_id = id;
+  const credit_ledger::report r = ledger_.take_report();
+  h.data_credits = r.data;
+  h.control_credits = r.control;
+  encode_header(h, std::span<std::byte, message_header::size>(p, message_header::size));
+  if (h.length) op->copy_payload(p + message_header::size);
+  in_flight_[slot] = op && op->kind == message_op_kind::send ? op : nullptr;
+  qp_->async_send(span_of(send_mr_, slot * stride_, message_header::size + h.length),
+                  [self = shared_from_this(), slot](error_code ec, std::size_t) { self->on_send(slot, ec); });
+}
+
+std::uint32_t endpoint_impl::add_call(message_op* op) {
+  std::uint32_t index;
+  if (!free_calls_.empty()) {
+    index = free_calls_.back();
+    free_calls_.pop_back();
+  } else {
+    index = static_cast<std::uint32_t>(calls_.size());
+    calls_.emplace_back();
+  }
+  call_entry& e = calls_[index];
+  ++e.generation;
+  e.op = op;
+  e.st = call_entry::state::awaiting;
+  return index;
+}
+
+void endpoint_impl::pump() noexcept {
+  while (healthy() && !outbox_.empty() && !free_send_.empty() && ledger_.take_data()) {
+    message_op* op = outbox_.pop_front();
+    const std::uint32_t slot = free_send_.back();
+    free_send_.pop_back();
+    ++stats_.messages_sent;
+    if (op->kind == message_op_kind::call) {
+      op->call_index = add_call(op);
+      const std::uint64_t id = (std::uint64_t{calls_[op->call_index].generation} << 32) | op->call_index;
+      post_message(slot, message_type::request, id, op);
+    } else {
+      post_message(slot, op->type, op->correlation_id, op);
+    }
+  }
+}
+
+void endpoint_impl::schedule_credit_check() noexcept {
+  if (check_scheduled_ || !healthy() || !ledger_.update_due(!outbox_.empty())) return;
+  check_scheduled_ = true;
+  // Later, not now: a reply or message the application sends in this turn carries the credits for free.
+  boost::asio::post(ex_, [self = shared_from_this()] {
+    self->check_scheduled_ = false;
+    self->credit_check();
+  });
+}
+
+void endpoint_impl::credit_check() noexcept {
+  if (!healthy() || !ledger_.update_due(!outbox_.empty()) || free_send_.empty()) return;
+  if (!ledger_.take_control()) return;  // checked again when the peer returns control credits
+  const std::uint32_t slot = free_send_.back();
+  free_send_.pop_back();
+  ++stats_.credit_updates_sent;
+  post_message(slot, message_type::credit, 0, nullptr);
+}
+
+void endpoint_impl::start_op(message_op* op) noexcept {
+  if (!healthy()) return op->complete(error_ ? error_ : make_error_code(errc::endpoint_closed), {}, 0, false);
+  switch (op->kind) {
+  case message_op_kind::call:
+  case message_op_kind::send:
+    if (op->length > options_.slot_size) {
+      diagnostic_ = "a message of " + std::to_string(op->length) + " bytes does not fit the slot size " +
+                    std::to_string(options_.slot_size) + " (message_options::slot_size)";
+      return op->complete(make_error_code(errc::message_too_large), {}, 0, false);
+    }
+    op->owner = this;
+    if (!outbox_.empty() || free_send_.empty() || ledger_.data_credits() == 0) ++stats_.credit_waits;
+    outbox_.push_back(op);
+    pump();
+    schedule_credit_check();
+    return;
+  case message_op_kind::receive_request:
+  case message_op_kind::receive_message: {
+    const bool request = op->kind == message_op_kind::receive_request;
+    auto& parked_queue = request ? requests_ : messages_;
+    if (!parked_queue.empty()) {
+      const parked p = parked_queue.front();
+      parked_queue.pop_front();
+      return op->complete({}, view(p), p.id, false);
+    }
+    op->owner = this;
+    (request ? request_waiters_ : message_waiters_).push_back(op);
+    return;
+  }
+  }
+}
+
+void endpoint_impl::cancel(message_op* op) noexcept {
+  switch (op->kind) {
+  case message_op_kind::call:
+    if (op->call_index != no_call) {
+      call_entry& e = calls_[op->call_index];
+      e.op = nullptr;
+      e.st = call_entry::state::abandoned;  // its reply is dropped when it comes
+      op->call_index = no_call;
+      ++stats_.calls_abandoned;
+    } else {
+      outbox_.erase(op);
+    }
+    break;
+  case message_op_kind::send:
+    for (message_op* sent : in_flight_)
+      if (sent == op) return;  // posted: it completes when the device is done with it
+    outbox_.erase(op);
+    break;
+  case message_op_kind::receive_request: request_waiters_.erase(op); break;
+  case message_op_kind::receive_message: message_waiters_.erase(op); break;
+  }
+  op->owner = nullptr;
+  op->complete(make_error_code(boost::asio::error::operation_aborted), {}, 0, false);
+}
+
+void endpoint_impl::release(std::uint32_t slot) noexcept {
+  if (!healthy()) return;
+  post_receive(slot);
+  ledger_.reposted(false);
+  schedule_credit_check();
+}
+
+void endpoint_impl::fail(error_code ec, std::string why) noexcept {
+  if (error_) return;
+  const bool closing = ec == boost::asio::error::operation_aborted;
+  error_ = closing ? make_error_code(errc::endpoint_closed) : ec;
+  if (!why.empty()) diagnostic_ = std::move(why);
+  std::vector<message_op*> pending;
+  for (op_list* list : {&outbox_, &request_waiters_, &message_waiters_})
+    while (message_op* op = list->pop_front()) pending.push_back(op);
+  for (call_entry& e : calls_) {
+    if (e.op) pending.push_back(e.op);
+    e = call_entry{0, e.generation, call_entry::state::free};
+  }
+  for (message_op*& op : in_flight_)
+    if (op) pending.push_back(std::exchange(op, nullptr));
+  requests_.clear();
+  messages_.clear();
+  for (message_op* op : pending) {
+    op->owner = nullptr;
+    op->call_index = no_call;
+    op->complete(ec, {}, 0, false);
+  }
+}
+
+void endpoint_impl::close() noexcept {
+  if (!context_gone())
+    fail(make_error_code(boost::asio::error::operation_aborted), {});
+  else if (!error_)
+    error_ = make_error_code(errc::endpoint_closed);
+  // Deregister now, while the protection domain surely lives: the receives still posted keep this object
+  // (and the slots' memory) alive until the queue pair flushes them, which may be after the domain is gone.
+  // A message that reaches them now fails the queue pair (local protection error), which no longer serves
+  // an endpoint.
+  recv_mr_ = memory_region();
+  send_mr_ = memory_region();
+}
+
+void endpoint_impl::on_context_shutdown() noexcept {
+  for (op_list* list : {&outbox_, &request_waiters_, &message_waiters_})
+    while (message_op* op = list->pop_front()) op->destroy();
+  for (call_entry& e : calls_)
+    if (auto* op = std::exchange(e.op, nullptr)) op->destroy();
+  for (message_op*& op : in_flight_)
+    if (op) std::exchange(op, nullptr)->destroy();
+}
+
+void start_message_op(endpoint_impl* impl, message_op* op) noexcept {
+  if (!impl) return op->complete(make_error_code(errc::endpoint_closed), {}, 0, false);
+  impl->start_op(op);
+}
+
+void cancel_message_op(message_op* op) noexcept {
+  if (op->owner) op->owner->cancel(op);
+}
+
+void release_slot(endpoint_impl& impl, std::uint32_t slot) noexcept { impl.release(slot); }
+
+}  // namespace coverbs::detail

@@ -1,0 +1,114 @@
+#pragma once
+// Private to lib/: the state of one message endpoint (include/coverbs/message_endpoint.hpp) — its slots,
+// credits, waiting operations and calls — kept alive by the public object, the receives posted on the queue
+// pair, and the messages the application holds.
+#include "core/io_owner.hpp"
+
+#include <coverbs/detail/credit_ledger.hpp>
+#include <coverbs/detail/message_ops.hpp>
+#include <coverbs/memory_region.hpp>
+#include <coverbs/message_endpoint.hpp>
+
+#include <cstdlib>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace coverbs::detail {
+
+/// A doubly linked FIFO of operations (through message_op::prev/next).
+class op_list {
+public:
+  bool empty() const noexcept { return head_ == nullptr; }
+  message_op* front() const noexcept { return head_; }
+  void push_back(message_op* op) noexcept;
+  void erase(message_op* op) noexcept;
+  message_op* pop_front() noexcept {
+    message_op* op = head_;
+    if (op) erase(op);
+    return op;
+  }
+
+private:
+  message_op* head_ = nullptr;
+  message_op* tail_ = nullptr;
+};
+
+class endpoint_impl final : public io_owner, public std::enable_shared_from_this<endpoint_impl> {
+public:
+  endpoint_impl(protection_domain& pd, queue_pair& qp, const message_options& options);
+  ~endpoint_impl();
+
+  /// Posts every receive and schedules the first credit message (after construction: needs shared_from_this).
+  void start();
+  void start_op(message_op* op) noexcept;
+  void cancel(message_op* op) noexcept;
+  void release(std::uint32_t slot) noexcept;
+  /// Fails the endpoint (or closes it: `operation_aborted`, then `errc::endpoint_closed` for later ones).
+  void fail(error_code ec, std::string why) noexcept;
+  void close() noexcept;
+
+  void on_context_shutdown() noexcept override;
+
+  std::size_t slot_size() const noexcept { return options_.slot_size; }
+  error_code error() const noexcept { return error_; }
+  const std::string& diagnostic() const noexcept { return diagnostic_; }
+  const message_statistics& statistics() const noexcept { return stats_; }
+  std::uint32_t credits() const noexcept { return ledger_.data_credits(); }
+
+private:
+  struct free_deleter {
+    void operator()(std::byte* p) const noexcept { std::free(p); }
+  };
+  // A call sent and not answered yet; its id is (generation << 32) | index.
+  struct call_entry {
+    message_op* op = nullptr;
+    std::uint32_t generation = 0;
+    enum class state : std::uint8_t { free, awaiting, abandoned } st = state::free;
+  };
+  // A message received with no operation waiting for it (no shared_ptr: the queue is the endpoint's own).
+  struct parked {
+    std::uint32_t slot;
+    std::uint32_t length;
+    std::uint64_t id;
+  };
+
+  std::byte* recv_slot(std::uint32_t slot) const noexcept { return recv_mem_.get() + slot * stride_; }
+  std::byte* send_slot(std::uint32_t slot) const noexcept { return send_mem_.get() + slot * stride_; }
+  inbound_message view(const parked& p);
+  bool healthy() const noexcept { return !error_ && !context_gone(); }
+
+  void post_receive(std::uint32_t slot) noexcept;
+  void on_receive(std::uint32_t slot, error_code ec, std::size_t bytes) noexcept;
+  void on_send(std::uint32_t slot, error_code ec) noexcept;
+  /// Posts what waits while credits and send slots last.
+  void pump() noexcept;
+  void post_message(std::uint32_t slot, message_type type, std::uint64_t id, message_op* op) noexcept;
+  void schedule_credit_check() noexcept;
+  void credit_check() noexcept;
+  message_op* take_waiter(message_op_kind kind) noexcept;
+  std::uint32_t add_call(message_op* op);
+
+  queue_pair* qp_;
+  message_endpoint::executor_type ex_;
+  message_options options_;
+  std::size_t stride_;
+  std::uint32_t recv_count_;
+  std::unique_ptr<std::byte, free_deleter> recv_mem_, send_mem_;
+  memory_region recv_mr_, send_mr_;
+  credit_ledger ledger_;
+  std::vector<std::uint32_t> free_send_;
+  std::vector<message_op*> in_flight_;  // per send slot: the send or reply operation it carries
+  std::vector<call_entry> calls_;
+  std::vector<std::uint32_t> free_calls_;
+  op_list outbox_;                       // sends, replies and calls waiting for a credit or a slot
+  op_list request_waiters_, message_waiters_;
+  std::deque<parked> requests_, messages_;
+  error_code error_;
+  std::string diagnostic_;
+  bool check_scheduled_ = false;
+  message_statistics stats_;
+};
+
+}  // namespace coverbs::detail

@@ -1,0 +1,591 @@
+// The message endpoint on a real device (rxe0 in the Soft-RoCE guest): many calls in flight matched out of
+// order, flow control by credits (no receiver-not-ready), cancellation, hostile peers, refusals, one-way
+// traffic.
+#include <coverbs/coverbs.hpp>
+
+#include "fixtures/event_loop.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace asio = boost::asio;
+namespace cv = coverbs;
+using asio::awaitable;
+using bytes = std::vector<std::byte>;
+using namespace boost::asio::experimental::awaitable_operators;
+
+namespace {
+
+constexpr auto with_ec = asio::as_tuple(asio::use_awaitable);
+
+cv::queue_pair_options qp_options() {
+  cv::queue_pair_options o;
+  o.max_send_wr = 256;
+  o.max_recv_wr = 256;
+  return o;
+}
+
+cv::message_options endpoint_options(std::uint32_t recv_slots = 128, std::size_t slot_size = 1024) {
+  cv::message_options o;
+  o.slot_size = slot_size;
+  o.recv_slots = recv_slots;
+  o.send_slots = 128;
+  return o;
+}
+
+/// Two connected queue pairs on a completion queue of their own, with a message endpoint on each.
+struct endpoint_pair {
+  cv::completion_queue cq;
+  cv::queue_pair a, b;
+  bool connected;
+  cv::message_endpoint client, server;
+  endpoint_pair(asio::io_context& io, cv::device& dev, cv::protection_domain& pd,
+                cv::message_options client_options = endpoint_options(),
+                cv::message_options server_options = endpoint_options())
+      : cq(io, dev), a(pd, cq, qp_options()), b(pd, cq, qp_options()), connected((cv::connect_pair(a, b), true)),
+        client(pd, a, client_options), server(pd, b, server_options) {}
+};
+
+struct fixture : test::event_loop {
+  cv::device dev = cv::device::open();
+  cv::protection_domain pd{dev};
+};
+
+bytes random_bytes(std::mt19937_64& rng, std::size_t n) {
+  bytes b(n);
+  for (auto& x : b) x = static_cast<std::byte>(rng());
+  return b;
+}
+
+/// What the test servers answer: the request with every byte XOR 0x5A.
+bytes transform(std::span<const std::byte> in) {
+  bytes out(in.begin(), in.end());
+  for (auto& x : out) x ^= std::byte{0x5A};
+  return out;
+}
+
+bool equal(std::span<const std::byte> a, std::span<const std::byte> b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
+}
+
+/// Answers every request with transform() until the endpoint fails or closes.
+awaitable<void> echo_server(cv::message_endpoint& ep) {
+  for (;;) {
+    auto [ec, req] = co_await ep.async_receive_request(with_ec);
+    if (ec) co_return;
+    const bytes reply = transform(req.bytes());
+    req.release();
+    auto [rec] = co_await ep.async_reply(req, reply, with_ec);
+    if (rec) co_return;
+  }
+}
+
+/// The port's receiver-not-ready counters as the device reports them (rxe: hw_counters).
+std::uint64_t rnr_counter(cv::device& dev, const std::string& name) {
+  const std::string path = std::string("/sys/class/infiniband/") + ::ibv_get_device_name(dev.native_handle()->device) +
+                           "/ports/1/hw_counters/" + name;
+  std::ifstream in(path);
+  INFO(path);
+  REQUIRE(in.good());
+  std::uint64_t v = 0;
+  in >> v;
+  return v;
+}
+
+std::uint64_t rnr_total(cv::device& dev) { return rnr_counter(dev, "rcvd_rnr_err") + rnr_counter(dev, "send_rnr_err"); }
+
+}  // namespace
+
+TEST_CASE("100,000 calls over 8 connections, 64 in flight each, answered out of order, every reply matched",
+          "[messaging][calls]") {
+  fixture f;
+  constexpr int connections = 8, in_flight = 64, calls_per_connection = 100000 / connections;
+  std::vector<std::unique_ptr<endpoint_pair>> pairs;
+  for (int i = 0; i < connections; ++i) pairs.push_back(std::make_unique<endpoint_pair>(f.io, f.dev, f.pd));
+  const std::size_t slot = pairs[0]->client.slot_size();
+  int matched = 0, mismatched = 0, failed = 0, servers_done = 0;
+  std::size_t empty_calls = 0, full_calls = 0;
+
+  for (int c = 0; c < connections; ++c) {
+    endpoint_pair& p = *pairs[c];
+    // The server takes a batch of 1..32 requests and answers them in a shuffled order.
+    asio::co_spawn(f.io, [&, c]() -> awaitable<void> {
+      std::mt19937_64 rng(1000 + c);
+      int remaining = calls_per_connection;
+      while (remaining > 0) {
+        const int batch = std::min<int>(remaining, 1 + static_cast<int>(rng() % 32));
+        std::vector<cv::inbound_request> reqs;
+        for (int i = 0; i < batch; ++i) {
+          auto [ec, req] = co_await p.server.async_receive_request(with_ec);
+          if (ec) co_return;
+          reqs.push_back(std::move(req));
+        }
+        std::shuffle(reqs.begin(), reqs.end(), rng);
+        for (auto& req : reqs) {
+          const bytes reply = transform(req.bytes());
+          auto [ec] = co_await p.server.async_reply(req, reply, with_ec);
+          if (ec) co_return;
+        }
+        remaining -= batch;
+      }
+      ++servers_done;
+    }, asio::detached);
+    auto next = std::make_shared<int>(0);
+    for (int w = 0; w < in_flight; ++w)
+      asio::co_spawn(f.io, [&, c, w, next]() -> awaitable<void> {
+        std::mt19937_64 rng(c * 1000 + w);
+        while ((*next)++ < calls_per_connection) {
+          const std::size_t n = rng() % 8 == 0 ? (rng() % 2 ? 0 : slot) : rng() % (slot + 1);
+          if (n == 0) ++empty_calls;
+          if (n == slot) ++full_calls;
+          const bytes request = random_bytes(rng, n);
+          auto [ec, reply] = co_await p.client.async_call(request, with_ec);
+          if (ec) {
+            ++failed;
+            co_return;
+          }
+          (equal(reply.bytes(), transform(request)) ? matched : mismatched)++;
+        }
+      }, asio::detached);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(f.run_until([&] { return matched + mismatched + failed == 100000 || failed > 0; }, std::chrono::seconds(300)));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  WARN("100,000 calls in " << seconds << " s");
+  CHECK(failed == 0);
+  CHECK(mismatched == 0);
+  CHECK(matched == 100000);
+  CHECK(empty_calls > 0);
+  CHECK(full_calls > 0);
+  REQUIRE(f.run_until([&] { return servers_done == connections; }));
+  for (auto& p : pairs) {
+    CHECK_FALSE(p->client.error());
+    CHECK_FALSE(p->server.error());
+  }
+}
+
+TEST_CASE("a server that holds every slot makes its client wait on credits, with no receiver-not-ready",
+          "[messaging][credits]") {
+  fixture f;
+  endpoint_pair p(f.io, f.dev, f.pd, endpoint_options(), endpoint_options(8));
+  constexpr int calls = 20;
+  REQUIRE(f.run_until([&] { return p.client.credits() == 8; }));  // the server's first credit message
+  const std::uint64_t rnr_before = rnr_total(f.dev);
+  int ok = 0, bad = 0;
+  for (int i = 0; i < calls; ++i) {
+    const bytes req(16, static_cast<std::byte>(i));
+    asio::co_spawn(f.io, [&, req]() -> awaitable<void> {
+      auto [ec, reply] = co_await p.client.async_call(req, with_ec);
+      (!ec && equal(reply.bytes(), transform(req)) ? ok : bad)++;
+    }, asio::detached);
+  }
+  // The server receives what its 8 slots hold and keeps them: the other 12 calls wait for credits.
+  std::vector<cv::inbound_request> held;
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    for (int i = 0; i < 8; ++i) {
+      auto [ec, req] = co_await p.server.async_receive_request(with_ec);
+      if (ec) co_return;
+      held.push_back(std::move(req));
+    }
+  }, asio::detached);
+  REQUIRE(f.run_until([&] { return held.size() == 8; }));
+  f.run_until([] { return false; }, std::chrono::seconds(3));  // long enough for RNR retries to show
+  CHECK(held.size() == 8);
+  CHECK(ok + bad == 0);
+  CHECK(p.client.credits() == 0);
+  CHECK(p.client.statistics().credit_waits >= calls - 8);
+  CHECK_FALSE(p.client.error());
+  CHECK(rnr_total(f.dev) == rnr_before);
+  // Answer and release what is held; the rest then flows.
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    auto batch = std::move(held);
+    for (auto& req : batch) {
+      const bytes reply = transform(req.bytes());
+      req.release();
+      co_await p.server.async_reply(req, reply, with_ec);
+    }
+    co_await echo_server(p.server);
+  }, asio::detached);
+  REQUIRE(f.run_until([&] { return ok + bad == calls; }));
+  CHECK(ok == calls);
+  CHECK(rnr_total(f.dev) == rnr_before);
+}
+
+TEST_CASE("cancelling 1,000 calls mid-flight abandons only them; late replies are dropped and counted",
+          "[messaging][cancel]") {
+  fixture f;
+  constexpr int connections = 8, calls = 250, cancelled_per_connection = 125;
+  std::vector<std::unique_ptr<endpoint_pair>> pairs;
+  for (int i = 0; i < connections; ++i) pairs.push_back(std::make_unique<endpoint_pair>(f.io, f.dev, f.pd));
+  struct call_state {
+    asio::cancellation_signal signal;
+    std::optional<cv::error_code> ec;
+    bool matched = false;
+  };
+  std::vector<std::vector<std::unique_ptr<call_state>>> states(connections);
+  std::vector<bytes> requests;
+  std::mt19937_64 rng(7);
+  for (int c = 0; c < connections; ++c)
+    for (int i = 0; i < calls; ++i) {
+      auto st = std::make_unique<call_state>();
+      auto* s = st.get();
+      auto req = std::make_shared<bytes>(random_bytes(rng, 1 + rng() % 512));
+      pairs[c]->client.async_call(*req, asio::bind_cancellation_slot(s->signal.slot(),
+                                                                        [s, req](cv::error_code ec, cv::inbound_message m) {
+                                                                          s->ec = ec;
+                                                                          s->matched = !ec && equal(m.bytes(), transform(*req));
+                                                                        }));
+      states[c].push_back(std::move(st));
+    }
+  // Let requests reach the servers (which do not answer yet), then cancel 125 random calls per connection.
+  f.run_until([] { return false; }, std::chrono::seconds(1));
+  std::vector<std::vector<int>> cancelled(connections);
+  for (int c = 0; c < connections; ++c) {
+    std::vector<int> order(calls);
+    for (int i = 0; i < calls; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    order.resize(cancelled_per_connection);
+    for (int i : order) states[c][i]->signal.emit(asio::cancellation_type::terminal);
+    cancelled[c] = order;
+  }
+  f.io.restart();
+  f.io.poll();  // the aborted completions were posted: they run now, before any reply exists
+  for (int c = 0; c < connections; ++c)
+    for (int i : cancelled[c]) {
+      REQUIRE(states[c][i]->ec);
+      CHECK(*states[c][i]->ec == asio::error::operation_aborted);
+    }
+  for (auto& p : pairs) asio::co_spawn(f.io, echo_server(p->server), asio::detached);
+  auto all_done = [&] {
+    for (int c = 0; c < connections; ++c) {
+      for (auto& s : states[c])
+        if (!s->ec) return false;
+      const auto st = pairs[c]->client.statistics();
+      if (st.replies_dropped != st.calls_abandoned) return false;
+    }
+    return true;
+  };
+  REQUIRE(f.run_until(all_done, std::chrono::seconds(60)));
+  std::uint64_t dropped = 0;
+  for (int c = 0; c < connections; ++c) {
+    int ok = 0;
+    for (auto& s : states[c]) ok += s->matched;
+    CHECK(ok == calls - cancelled_per_connection);
+    dropped += pairs[c]->client.statistics().replies_dropped;
+  }
+  CHECK(dropped > 0);  // some cancelled calls had been sent: their replies came and were dropped
+  // Every connection still works.
+  int more = 0;
+  for (auto& p : pairs)
+    for (int i = 0; i < 20; ++i)
+      asio::co_spawn(f.io, [&]() -> awaitable<void> {
+        const bytes req(64, std::byte{1});
+        auto [ec, reply] = co_await p->client.async_call(req, with_ec);
+        more += !ec && equal(reply.bytes(), transform(req));
+      }, asio::detached);
+  REQUIRE(f.run_until([&] { return more == connections * 20; }));
+}
+
+namespace {
+
+/// A raw queue pair (no endpoint) facing an endpoint: it writes headers by hand.
+struct hostile_peer {
+  cv::completion_queue cq;
+  cv::queue_pair raw, qp;
+  bool connected;
+  cv::message_endpoint ep;
+  std::vector<std::byte> buf = std::vector<std::byte>(64 * 1100);
+  cv::memory_region mr;
+  int sent = 0;
+  hostile_peer(fixture& f, std::uint32_t recv_slots)
+      : cq(f.io, f.dev), raw(f.pd, cq, qp_options()), qp(f.pd, cq, qp_options()),
+        connected((cv::connect_pair(raw, qp), true)), ep(f.pd, qp, endpoint_options(recv_slots)),
+        mr(f.pd, buf, cv::access::local_write) {
+    for (int i = 0; i < 32; ++i)  // absorbs what the endpoint sends
+      raw.async_recv(cv::span_of(mr, 32 * 1100 + i * 1000, 1000), [](cv::error_code, cv::received) {});
+  }
+  /// Sends `n` bytes from offset `at` of the buffer, filled by `fill`.
+  void send_raw(std::size_t at, std::size_t n) {
+    raw.async_send(cv::span_of(mr, at, n), [this](cv::error_code, std::size_t) { ++sent; });
+  }
+  void send_header(std::size_t at, cv::message_header h, std::size_t payload) {
+    cv::encode_header(h, std::span<std::byte, 24>(buf.data() + at, 24));
+    send_raw(at, 24 + payload);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a hostile peer fails only its own endpoint, with a named error, and every pending operation with it",
+          "[messaging][hostile]") {
+  fixture f;
+  endpoint_pair healthy(f.io, f.dev, f.pd);
+  asio::co_spawn(f.io, echo_server(healthy.server), asio::detached);
+  hostile_peer h(f, 4);
+  // The peer grants the endpoint 4 credits (a well-formed credit message), so that a call goes out.
+  cv::message_header grant;
+  grant.type = cv::message_type::credit;
+  grant.data_credits = 4;
+  h.send_header(0, grant, 0);
+  std::optional<cv::error_code> call_ec, recv_ec;
+  h.ep.async_call(asio::buffer("question", 8), [&](cv::error_code ec, cv::inbound_message) { call_ec = ec; });
+  h.ep.async_receive_request([&](cv::error_code ec, cv::inbound_request) { recv_ec = ec; });
+  REQUIRE(f.run_until([&] { return h.sent == 1 && h.ep.statistics().messages_sent == 1; }));
+  REQUIRE_FALSE(call_ec);
+
+  cv::error_code expected;
+  std::string names;
+  SECTION("bad magic") {
+    cv::message_header d;
+    d.length = 8;
+    cv::encode_header(d, std::span<std::byte, 24>(h.buf.data() + 1100, 24));
+    h.buf[1100] = std::byte{0x42};
+    h.send_raw(1100, 24 + 8);
+    expected = cv::errc::protocol_violation;
+    names = "magic";
+  }
+  SECTION("a length above the slot size") {
+    cv::message_header d;
+    d.length = 5000;
+    h.send_header(1100, d, 0);
+    expected = cv::errc::protocol_violation;
+    names = "above the slot size";
+  }
+  SECTION("a length that differs from what arrived") {
+    cv::message_header d;
+    d.length = 100;
+    h.send_header(1100, d, 10);
+    expected = cv::errc::protocol_violation;
+    names = "differs";
+  }
+  SECTION("more messages than credits") {
+    // The endpoint granted 4 data credits; the fifth message is an overrun (it lands in a control receive).
+    for (int i = 0; i < 5; ++i) {
+      cv::message_header d;
+      d.length = 4;
+      h.send_header(1100 * (1 + i), d, 4);
+    }
+    expected = cv::errc::credit_overrun;
+    names = "no data credit";
+  }
+  SECTION("garbage") {
+    std::mt19937_64 rng(3);
+    for (std::size_t i = 0; i < 300; ++i) h.buf[1100 + i] = static_cast<std::byte>(rng());
+    h.buf[1100] = std::byte{0x00};  // not the magic, whatever the generator drew
+    h.send_raw(1100, 300);
+    expected = cv::errc::protocol_violation;
+  }
+  SECTION("a reply that no call awaits") {
+    cv::message_header d;
+    d.type = cv::message_type::reply;
+    d.correlation_id = 0xDEAD'BEEF'0000'0007;
+    h.send_header(1100, d, 0);
+    expected = cv::errc::protocol_violation;
+    names = "no call awaits";
+  }
+  REQUIRE(f.run_until([&] { return call_ec && recv_ec; }));
+  CHECK(*call_ec == expected);
+  CHECK(*recv_ec == expected);
+  CHECK(h.ep.error() == expected);
+  INFO(h.ep.diagnostic());
+  CHECK(h.ep.diagnostic().find(names) != std::string::npos);
+  // Later operations fail with the same error; the other connection's endpoint keeps working.
+  std::optional<cv::error_code> later;
+  h.ep.async_send_message(asio::buffer("x", 1), [&](cv::error_code ec) { later = ec; });
+  bool healthy_ok = false;
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    const bytes req(100, std::byte{9});
+    auto [ec, reply] = co_await healthy.client.async_call(req, with_ec);
+    healthy_ok = !ec && equal(reply.bytes(), transform(req));
+  }, asio::detached);
+  REQUIRE(f.run_until([&] { return later && healthy_ok; }));
+  CHECK(*later == expected);
+  CHECK_FALSE(healthy.client.error());
+  CHECK(h.qp.error() == cv::error_code{});  // the queue pair itself was not touched
+}
+
+TEST_CASE("a message larger than a slot is refused before posting, naming both sizes; the endpoint stays usable",
+          "[messaging][refusal]") {
+  fixture f;
+  endpoint_pair p(f.io, f.dev, f.pd);
+  asio::co_spawn(f.io, echo_server(p.server), asio::detached);
+  const bytes big(1025, std::byte{1});
+  std::optional<cv::error_code> ec;
+  bool inline_completion = true;
+  p.client.async_call(big, [&](cv::error_code e, cv::inbound_message) { ec = e; });
+  inline_completion = ec.has_value();
+  REQUIRE(f.run_until([&] { return ec.has_value(); }));
+  CHECK_FALSE(inline_completion);
+  CHECK(*ec == cv::errc::message_too_large);
+  CHECK(p.client.diagnostic().find("1025") != std::string::npos);
+  CHECK(p.client.diagnostic().find("1024") != std::string::npos);
+  CHECK(p.client.statistics().messages_sent == 0);
+  CHECK_FALSE(p.client.error());
+  bool ok = false;
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    const bytes req(1024, std::byte{2});
+    auto [e, reply] = co_await p.client.async_call(req, with_ec);
+    ok = !e && equal(reply.bytes(), transform(req));
+  }, asio::detached);
+  REQUIRE(f.run_until([&] { return ok; }));
+  CHECK_FALSE(p.a.error());
+}
+
+TEST_CASE("one-way messages both ways, and one-sided traffic flows on standalone credit updates",
+          "[messaging][one-way]") {
+  fixture f;
+  constexpr std::uint32_t slots = 16;
+  endpoint_pair p(f.io, f.dev, f.pd, endpoint_options(slots), endpoint_options(slots));
+  const std::uint64_t rnr_before = rnr_total(f.dev);
+  constexpr int count = 10 * slots;
+  int received = 0, in_order = 0, sent = 0, back = 0;
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    for (int i = 0; i < count; ++i) {
+      auto [ec, m] = co_await p.server.async_receive_message(with_ec);
+      if (ec) co_return;
+      ++received;
+      std::uint32_t v = 0;
+      std::memcpy(&v, m.bytes().data(), sizeof v);
+      in_order += v == static_cast<std::uint32_t>(i);
+    }  // each message is released as it goes out of scope
+  }, asio::detached);
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    for (int i = 0; i < count; ++i) {
+      const std::uint32_t v = static_cast<std::uint32_t>(i);
+      const bytes tail(static_cast<std::size_t>(i % 100), std::byte{7});
+      // Gathered from two buffers into one message.
+      const std::array<asio::const_buffer, 2> parts{asio::buffer(&v, sizeof v), asio::buffer(tail)};
+      auto [ec] = co_await p.client.async_send_message(parts, with_ec);
+      if (ec) co_return;
+      ++sent;
+    }
+  }, asio::detached);
+  REQUIRE(f.run_until([&] { return received == count && sent == count; }));
+  CHECK(in_order == count);
+  CHECK(p.server.statistics().credit_updates_sent >= count / slots);
+  CHECK(p.client.statistics().messages_received == 0);
+  // The other way.
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    for (int i = 0; i < 3 * static_cast<int>(slots); ++i) {
+      auto [ec] = co_await p.server.async_send_message(asio::buffer("back", 4), with_ec);
+      if (ec) co_return;
+    }
+  }, asio::detached);
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    for (int i = 0; i < 3 * static_cast<int>(slots); ++i) {
+      auto [ec, m] = co_await p.client.async_receive_message(with_ec);
+      if (ec) co_return;
+      back += m.str() == "back";
+    }
+  }, asio::detached);
+  REQUIRE(f.run_until([&] { return back == 3 * static_cast<int>(slots); }));
+  CHECK(rnr_total(f.dev) == rnr_before);
+  CHECK_FALSE(p.client.error());
+  CHECK_FALSE(p.server.error());
+}
+
+TEST_CASE("close completes pending operations with operation_aborted; later ones fail with endpoint_closed",
+          "[messaging][close]") {
+  fixture f;
+  auto p = std::make_unique<endpoint_pair>(f.io, f.dev, f.pd);
+  std::optional<cv::error_code> call_ec, recv_ec, later;
+  p->client.async_call(asio::buffer("q", 1), [&](cv::error_code ec, cv::inbound_message) { call_ec = ec; });
+  p->server.async_receive_message([&](cv::error_code ec, cv::inbound_message) { recv_ec = ec; });
+  REQUIRE(f.run_until([&] { return p->client.statistics().messages_sent == 1; }));
+  p->client.close();
+  p->server.close();
+  CHECK_FALSE(call_ec);  // never inline
+  p->client.async_call(asio::buffer("q", 1), [&](cv::error_code ec, cv::inbound_message) { later = ec; });
+  REQUIRE(f.run_until([&] { return call_ec && recv_ec && later; }));
+  CHECK(*call_ec == asio::error::operation_aborted);
+  CHECK(*recv_ec == asio::error::operation_aborted);
+  CHECK(*later == cv::errc::endpoint_closed);
+  p.reset();  // endpoints, queue pairs and completion queue go; the loop still runs what was posted
+  f.run_until([] { return false; }, std::chrono::seconds(1));
+}
+
+TEST_CASE("call || timer: the timer abandons the call at once; its late reply is dropped and counted",
+          "[messaging][cancel]") {
+  fixture f;
+  endpoint_pair p(f.io, f.dev, f.pd);
+  std::vector<cv::inbound_request> held;
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {  // the server takes the request and does not answer yet
+    auto [ec, req] = co_await p.server.async_receive_request(with_ec);
+    if (!ec) held.push_back(std::move(req));
+  }, asio::detached);
+  int timer_won = 0;
+  f.run([&]() -> awaitable<void> {
+    asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::milliseconds(300));
+    const bytes req(32, std::byte{4});
+    auto r = co_await (p.client.async_call(req, asio::use_awaitable) || t.async_wait(asio::use_awaitable));
+    timer_won = r.index() == 1;
+  });
+  CHECK(timer_won == 1);
+  REQUIRE(held.size() == 1);
+  CHECK(p.client.statistics().calls_abandoned == 1);
+  // The server answers now: the reply is dropped, its slot reposted, and the next call works.
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    co_await p.server.async_reply(held[0], asio::buffer("late", 4), with_ec);
+    held.clear();
+    co_await echo_server(p.server);
+  }, asio::detached);
+  REQUIRE(f.run_until([&] { return p.client.statistics().replies_dropped == 1; }));
+  const bytes req(8, std::byte{5});
+  const auto reply = f.run([&]() -> awaitable<bytes> {
+    cv::inbound_message m = co_await p.client.async_call(req);  // the default token, awaited in place
+    co_return bytes(m.bytes().begin(), m.bytes().end());
+  });
+  CHECK(reply == transform(req));
+}
+
+TEST_CASE("endpoints, queue pairs and queue destroyed with operations pending, then the io_context: nothing runs",
+          "[messaging][shutdown]") {
+  // As with Asio's own objects, a program destroys coverbs' objects before their io_context. The endpoints'
+  // state outlives them in the handlers queued in the loop (flushed receives, aborted operations) and dies
+  // with the io_context, which must then touch nothing that is gone (the protection domain included).
+  cv::device dev = cv::device::open();
+  auto pd = std::make_unique<cv::protection_domain>(dev);
+  auto io = std::make_unique<asio::io_context>();
+  auto cq = std::make_unique<cv::completion_queue>(*io, dev);
+  auto a = std::make_unique<cv::queue_pair>(*pd, *cq, qp_options());
+  auto b = std::make_unique<cv::queue_pair>(*pd, *cq, qp_options());
+  cv::connect_pair(*a, *b);
+  auto client = std::make_unique<cv::message_endpoint>(*pd, *a, endpoint_options());
+  auto server = std::make_unique<cv::message_endpoint>(*pd, *b, endpoint_options());
+  bool resumed = false, called = false;
+  asio::co_spawn(*io, [&]() -> awaitable<void> {
+    auto [ec, m] = co_await server->async_receive_message(with_ec);
+    resumed = true;
+  }, asio::detached);
+  client->async_call(asio::buffer("q", 1), [&](cv::error_code, cv::inbound_message) { called = true; });
+  io->run_for(std::chrono::milliseconds(300));
+  REQUIRE(client->statistics().messages_sent == 1);  // sent, waiting for a reply the server never gives
+  client.reset();
+  server.reset();
+  b.reset();
+  a.reset();
+  cq.reset();
+  cv::error_code ec;
+  pd->close(ec);  // the endpoints deregistered their slots when they closed
+  CHECK_FALSE(ec);
+  pd.reset();
+  io.reset();  // the coroutine's frame and the callback are destroyed with the context, never run
+  CHECK_FALSE(resumed);
+  CHECK_FALSE(called);
+}
