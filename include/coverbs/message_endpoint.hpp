@@ -44,8 +44,9 @@
 ///
 /// @par Lifetime
 /// The queue pair and protection domain outlive the endpoint, and the queue pair is not moved: the
-/// endpoint posts on it for its whole life, and its receives stay posted after `close()` (messages that
-/// reach them are dropped), so the queue pair belongs to one endpoint until it is reset or destroyed.
+/// endpoint posts on it for its whole life, and its receives stay posted after `close()` over deregistered
+/// slots (a message that reaches one fails it and moves the queue pair to the error state: close when the
+/// peer is done), so the queue pair belongs to one endpoint until it is reset or destroyed.
 /// `close()` and destruction complete every pending operation with `operation_aborted`. Messages held by
 /// the application, and receives the queue pair holds, keep the slots alive; an `io_context` destroyed
 /// with operations pending destroys their handlers without running them.
@@ -75,8 +76,9 @@ namespace coverbs {
 
 class protection_domain;
 
-/// Sizes of an endpoint's slots. The two sides may differ, but a message is refused unless it fits the
-/// sender's slots, and fails the receiver (`errc::protocol_violation`) unless it fits the receiver's.
+/// Sizes of an endpoint's slots. Give both sides the same `slot_size` (or the receiver a larger one): a message
+/// is refused unless it fits the sender's slots, and one longer than the receiver's slot fails its receive
+/// (`wc_errc::loc_len_err`; the queue pair goes to the error state, both endpoints fail).
 struct message_options {
   std::size_t slot_size = 4096;    ///< payload bytes per message (the header's 24 bytes come on top)
   std::uint32_t recv_slots = 32;   ///< data receives kept posted: what the peer may send ahead (1..65535)

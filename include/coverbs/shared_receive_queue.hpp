@@ -33,11 +33,11 @@
 /// `operation_aborted` when the SRQ is destroyed. A pending `async_wait_limit` is cancelled at once.
 ///
 /// @par Lifetime
-/// The protection domain and `recv_cq` outlive the SRQ; the queue pairs attached to it are destroyed first
-/// (ibv_destroy_srq(3) refuses an SRQ in use: the SRQ is then leaked and a message printed). Destroying the
-/// SRQ completes every posted and waiting receive and a pending `async_wait_limit` with `operation_aborted`
-/// (posted to their executors, never run inside the destructor); completions already in `recv_cq` are
-/// delivered first. As every Asio I/O object, it is destroyed before its execution context.
+/// The protection domain and `recv_cq` outlive the SRQ. Destroying the SRQ object while queue pairs are still
+/// attached to it leaves the SRQ itself alive (ibv_destroy_srq(3) refuses an SRQ in use, and its posted receives
+/// still serve them) until the last of them is destroyed. Then, or at once when none is attached, every posted
+/// and waiting receive and a pending `async_wait_limit` complete with `operation_aborted` (posted to their
+/// executors, never run inside a destructor); completions already in `recv_cq` are delivered first. As every Asio I/O object, it is destroyed before its execution context.
 ///
 /// @par A queue pair that fails
 /// A queue pair attached to the SRQ that goes to the error state (its peer vanished, a device event) does
@@ -199,7 +199,8 @@ private:
     }
   };
 
-  std::unique_ptr<detail::shared_receive_queue_impl> impl_;
+  // Shared with the queue pairs attached to it: destroyed before them, the SRQ lives on until the last is gone.
+  std::shared_ptr<detail::shared_receive_queue_impl> impl_;
 };
 
 }  // namespace coverbs

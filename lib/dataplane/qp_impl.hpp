@@ -123,7 +123,8 @@ public:
   gid_entry gid_;
   port_attributes port_;
   std::shared_ptr<qp_registration> registration_;  // in the device's registry of live queue pairs
-  shared_receive_queue_impl* srq_ = nullptr;       // queue_pair_options::srq: receives come from there
+  // queue_pair_options::srq: receives come from there; kept alive until this queue pair is destroyed
+  std::shared_ptr<shared_receive_queue_impl> srq_;
   // The send queue's posting rule (send_queue.cpp; queue_pair.hpp, "When a request is posted").
   node_fifo batch_;  // send operations of the running turn, credits taken, not posted yet
   node_fifo sent_;   // posted send operations in posting order: the queue completes them in this order

@@ -266,7 +266,7 @@ void queue_pair_impl::attach_srq(ibv_pd* pd, shared_receive_queue_impl* srq) {
                                   "with srq_options::datagram = true"
                                 : "queue_pair_options::srq: the shared receive queue was made for datagram queue "
                                   "pairs (srq_options::datagram); an RC queue pair needs one made without it");
-  srq_ = srq;
+  srq_ = srq->shared_from_this();
   options_.max_recv_wr = 0;  // the queue pair's own receive queue is not used
   options_.max_recv_sge = 0;
 }

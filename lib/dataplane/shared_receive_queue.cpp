@@ -296,7 +296,7 @@ void shared_receive_queue_impl::on_limit_reached() {
 shared_receive_queue::shared_receive_queue(protection_domain& pd, completion_queue& recv_cq,
                                            const srq_options& options) {
   if (!pd) throw system_error(errno_code(EBADF), "shared_receive_queue: the protection domain is not open");
-  impl_ = std::make_unique<detail::shared_receive_queue_impl>(pd.native_handle(), *detail::impl_of(recv_cq), options);
+  impl_ = std::make_shared<detail::shared_receive_queue_impl>(pd.native_handle(), *detail::impl_of(recv_cq), options);
 }
 
 shared_receive_queue::shared_receive_queue(shared_receive_queue&&) noexcept = default;

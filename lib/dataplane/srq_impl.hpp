@@ -18,7 +18,9 @@ class cq_impl;
 class grh_slots;
 struct srq_registration;
 
-class shared_receive_queue_impl {
+/// Owned by the public object and by every queue pair attached to it (`queue_pair_impl::srq_`): the last owner
+/// destroys the SRQ, after every attached queue pair is destroyed.
+class shared_receive_queue_impl : public std::enable_shared_from_this<shared_receive_queue_impl> {
 public:
   shared_receive_queue_impl(ibv_pd* pd, cq_impl& cq, const srq_options& options);
   ~shared_receive_queue_impl();

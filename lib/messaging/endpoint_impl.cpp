@@ -1,5 +1,7 @@
 #include "messaging/endpoint_impl.hpp"
 
+#include "dataplane/qp_impl.hpp"
+
 #include <coverbs/protection_domain.hpp>
 
 #include <boost/asio/execution/context.hpp>
@@ -58,11 +60,14 @@ endpoint_impl::endpoint_impl(protection_domain& pd, queue_pair& qp, const messag
   if (init.srq)
     refuse(make_error_code(errc::receive_queue_is_shared),
            "a message endpoint posts its own receives: its queue pair must not use a shared receive queue");
-  if (recv_count_ > attr.cap.max_recv_wr)
+  // The depth asked for, not the device's (rxe grants 255 for 128): coverbs posts at most that many receives at
+  // once, and a credit for a receive that waits inside coverbs would meet receiver-not-ready at the peer.
+  const std::uint32_t max_recv_wr = impl_of(qp)->options_.max_recv_wr;
+  if (recv_count_ > max_recv_wr)
     refuse(make_error_code(errc::device_limit_exceeded),
            "message_options::recv_slots = " + std::to_string(options.recv_slots) + " plus " +
                std::to_string(credit_ledger::control_slots) + " control receives exceeds the queue pair's max_recv_wr " +
-               std::to_string(attr.cap.max_recv_wr) + " (queue_pair_options::max_recv_wr)");
+               std::to_string(max_recv_wr) + " (queue_pair_options::max_recv_wr): raise it, or lower recv_slots");
   recv_mem_.reset(allocate_slots(recv_count_ * stride_));
   send_mem_.reset(allocate_slots(options.send_slots * stride_));
   recv_mr_ = memory_region(pd, {recv_mem_.get(), recv_count_ * stride_}, access::local_write);

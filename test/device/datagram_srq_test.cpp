@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstring>
+#include <memory>
 #include <set>
 #include <string>
 #include <utility>
@@ -198,4 +199,40 @@ TEST_CASE("a queue pair of the other transport is refused by a shared receive qu
   shared.async_recv(in.span(0, 64), own.handler());
   REQUIRE(loop.run_until([&] { return own.done(); }, std::chrono::seconds(10)));
   CHECK(*own.ec == cv::errc::receive_queue_is_shared);
+}
+
+TEST_CASE("an SRQ destroyed before its queue pairs serves them until the last one is destroyed", "[datagram_srq]") {
+  test::event_loop loop;
+  cv::device dev = cv::device::open();
+  cv::protection_domain pd(dev);
+  cv::completion_queue cq(loop.io, dev);
+  cv::srq_options o;
+  o.max_wr = 8;
+  o.datagram = true;
+  auto srq = std::make_unique<cv::shared_receive_queue>(pd, cq, o);
+  cv::datagram_options on_srq;
+  on_srq.srq = srq.get();
+  auto receiver = std::make_unique<cv::datagram_queue_pair>(pd, cq, on_srq);
+  cv::datagram_queue_pair sender(pd, cq);
+  const cv::address_handle here(pd, sender.local_gid().value, sender.port());
+  test_buffer out(pd, 64), in(pd, 128);
+  std::memcpy(out.bytes.data(), "still served", 12);
+  completion<cv::srq_received> first, second;
+  srq->async_recv(in.span(0, 64), first.handler());
+  srq->async_recv(in.span(64, 64), second.handler());
+  srq.reset();  // the queue pair still uses it: the SRQ lives on
+
+  completion<std::size_t> sent;
+  sender.async_send_to({&here, receiver->qp_num(), receiver->qkey()}, out.span(0, 12), sent.handler());
+  REQUIRE(loop.run_until([&] { return first.done(); }, std::chrono::seconds(10)));
+  REQUIRE_FALSE(*first.ec);
+  CHECK(in.str(0, 12) == "still served");
+  REQUIRE(first.value.sender);
+  CHECK(first.value.sender->qp_num == sender.qp_num());
+  CHECK_FALSE(second.done());
+
+  receiver.reset();  // the last queue pair: now the SRQ goes, and its posted receive is aborted
+  CHECK_FALSE(second.done());  // posted to the executor, never run inside the destructor
+  REQUIRE(loop.run_until([&] { return second.done(); }, std::chrono::seconds(10)));
+  CHECK(*second.ec == boost::asio::error::operation_aborted);
 }

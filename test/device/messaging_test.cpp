@@ -447,6 +447,26 @@ TEST_CASE("a message larger than a slot is refused before posting, naming both s
   CHECK_FALSE(p.a.error());
 }
 
+TEST_CASE("receive slots are checked against the receive depth coverbs posts, not the one the device granted",
+          "[messaging]") {
+  fixture f;
+  cv::completion_queue cq(f.io, f.dev);
+  cv::queue_pair a(f.pd, cq);  // max_recv_wr 128 asked for (rxe grants more: 255)
+  cv::queue_pair b(f.pd, cq);
+  cv::connect_pair(a, b);
+  // 128 data + 4 control receives: more than coverbs posts at once, so credits would promise receives that are
+  // not on the queue and the peer would meet receiver-not-ready. Refused, naming the option to raise.
+  try {
+    cv::message_endpoint e(f.pd, a, endpoint_options(128));
+    FAIL("an endpoint with more receive slots than max_recv_wr was created");
+  } catch (const cv::system_error& e) {
+    CHECK(e.code() == cv::errc::device_limit_exceeded);
+    CHECK(std::string(e.what()).find("max_recv_wr 128") != std::string::npos);
+  }
+  cv::message_endpoint fits(f.pd, b, endpoint_options(124));  // 124 + 4 = 128: accepted
+  CHECK(fits.slot_size() == 1024);
+}
+
 TEST_CASE("one-way messages both ways, and one-sided traffic flows on standalone credit updates",
           "[messaging][one-way]") {
   fixture f;

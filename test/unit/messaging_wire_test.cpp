@@ -130,6 +130,8 @@ TEST_CASE("credits: an update is due at half the receives, or when the peer has 
 
 TEST_CASE("credits: control credits come back in headers, and never more than exist", "[messaging][credits]") {
   credit_ledger a(4), b(4);
+  (void)b.take_report();  // the first grant: nothing is owed now
+  CHECK_FALSE(b.update_due(true));
   for (std::uint32_t i = 0; i < credit_ledger::control_slots; ++i) {
     REQUIRE(a.take_control());
     REQUIRE(b.arrived(true).empty());
@@ -137,11 +139,15 @@ TEST_CASE("credits: control credits come back in headers, and never more than ex
   }
   CHECK_FALSE(a.take_control());
   CHECK(b.arrived(true).find("no control credit") != std::string::npos);
-  // b holds all of a's control credits: when b waits for data credits it owes them back.
+  // b holds all of a's control credits: when b waits for data credits it owes them back (not otherwise).
+  CHECK_FALSE(b.update_due(false));
   CHECK(b.update_due(true));
   const auto r = b.take_report();
   CHECK(r.control == credit_ledger::control_slots);
   REQUIRE(a.returned(0, r.control).empty());
   CHECK(a.control_credits() == credit_ledger::control_slots);
   CHECK_FALSE(a.returned(0, 1).empty());  // more than exist: a protocol violation
+  // Data credits: no endpoint has more than 65535 receive slots, so more returned in all is a lie.
+  REQUIRE(a.returned(0xFFFF, 0).empty());
+  CHECK(a.returned(1, 0).find("at most 65535") != std::string::npos);
 }
