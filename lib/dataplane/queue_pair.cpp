@@ -238,10 +238,11 @@ queue_pair_impl::~queue_pair_impl() {
   fail_unposted();
   fail_flushed(sq_);
   fail_flushed(rq_);
+  const std::uint32_t qp_num = qp_->qp_num;  // ibv_destroy_qp frees *qp_
   if (const error_code ec = verbs_status_result(ibv_destroy_qp(qp_)))
     std::fprintf(stderr, "coverbs: ibv_destroy_qp failed (%s)\n", ec.message().c_str());
   else if (srq_)
-    srq_->detach(qp_->qp_num);
+    srq_->detach(qp_num);
   if (send_cq_ == recv_cq_)
     send_cq_->unreserve(options_.max_send_wr + options_.max_recv_wr);
   else {
