@@ -239,6 +239,13 @@ void endpoint_impl::start_op(message_op* op) noexcept {
   switch (op->kind) {
   case message_op_kind::call:
   case message_op_kind::send:
+    // Every call's id has a generation of at least 1: id 0 is a request never received (default-constructed),
+    // and sending it would fail the peer's endpoint (a reply no call awaits).
+    if (op->type == message_type::reply && op->correlation_id == 0) {
+      diagnostic_ = "async_reply: the inbound_request holds no call (default-constructed): answer the one "
+                    "async_receive_request completed with";
+      return op->complete(make_error_code(boost::system::errc::invalid_argument), {}, 0, false);
+    }
     if (op->length > options_.slot_size) {
       diagnostic_ = "a message of " + std::to_string(op->length) + " bytes does not fit the slot size " +
                     std::to_string(options_.slot_size) + " (message_options::slot_size)";

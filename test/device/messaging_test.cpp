@@ -467,6 +467,33 @@ TEST_CASE("receive slots are checked against the receive depth coverbs posts, no
   CHECK(fits.slot_size() == 1024);
 }
 
+TEST_CASE("a reply to a request never received is refused before posting; both endpoints stay usable",
+          "[messaging]") {
+  fixture f;
+  endpoint_pair p(f.io, f.dev, f.pd);
+  f.run([&]() -> awaitable<void> {
+    const cv::inbound_request none;
+    const std::string text = "no call";
+    auto [ec] = co_await p.server.async_reply(none, asio::buffer(text), with_ec);
+    CHECK(ec == boost::system::errc::invalid_argument);
+    CHECK(p.server.diagnostic().find("default-constructed") != std::string::npos);
+    CHECK_FALSE(p.server.error());
+    // A real call still goes through, both ways healthy.
+    asio::co_spawn(
+        f.io,
+        [&]() -> awaitable<void> {
+          auto [rec, request] = co_await p.server.async_receive_request(with_ec);
+          REQUIRE_FALSE(rec);
+          co_await p.server.async_reply(request, asio::buffer(request.str()), with_ec);
+        },
+        asio::detached);
+    auto [cec, reply] = co_await p.client.async_call(asio::buffer(text), with_ec);
+    CHECK_FALSE(cec);
+    CHECK(reply.str() == text);
+    CHECK_FALSE(p.client.error());
+  });
+}
+
 TEST_CASE("one-way messages both ways, and one-sided traffic flows on standalone credit updates",
           "[messaging][one-way]") {
   fixture f;
