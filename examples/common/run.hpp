@@ -6,12 +6,15 @@
 
 #include <coverbs_support/timings.hpp>
 
+#include <coverbs/outstanding_work.hpp>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 
 #include <chrono>
 #include <csignal>
+#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -55,11 +58,42 @@ inline const char* signal_name(int signal) {
   return signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal";
 }
 
+/// In a debug build (NDEBUG not defined), SIGQUIT (Ctrl-\\) prints what keeps the loop busy
+/// (coverbs::describe_outstanding_work) to stderr, and the run goes on; release builds leave SIGQUIT alone.
+/// `close()` stops listening: the signal wait would keep `run()` busy itself.
+class busy_report {
+public:
+  explicit busy_report(asio::io_context& io) {
+#ifndef NDEBUG
+    quit_.emplace(io, SIGQUIT);
+    wait(io);
+#else
+    (void)io;
+#endif
+  }
+  void close() {
+    if (!quit_) return;
+    error_code ignored;
+    quit_->cancel(ignored);
+  }
+
+private:
+  void wait(asio::io_context& io) {
+    quit_->async_wait([this, &io](const error_code& ec, int) {
+      if (ec) return;
+      std::fprintf(stderr, "what keeps run() busy (SIGQUIT):\n%s", coverbs::describe_outstanding_work(io).c_str());
+      wait(io);
+    });
+  }
+  std::optional<asio::signal_set> quit_;
+};
+
 /// Runs `io` until every task of `tasks` has ended; in self-test mode for `limit` at most (a line then says so).
 /// SIGINT or SIGTERM ends the run early (`run_result::signal`): the caller still prints its whole report.
 inline run_result run_tasks(asio::io_context& io, const task_group& tasks, const command_line& cmd,
                             std::chrono::seconds limit = std::chrono::seconds(40)) {
   const auto start = clock::now();
+  busy_report report(io);
   asio::signal_set signals(io, SIGINT, SIGTERM);
   int stopped_by = 0;
   signals.async_wait([&stopped_by](const error_code& ec, int signal) {
@@ -71,6 +105,7 @@ inline run_result run_tasks(asio::io_context& io, const task_group& tasks, const
     io.run_for(std::chrono::milliseconds(50));
   }
   signals.cancel();
+  report.close();
   if (stopped_by)
     std::printf("  stopped by %s (%d of %d tasks ended)\n", signal_name(stopped_by), tasks.finished, tasks.started);
   else if (!tasks.all_done())

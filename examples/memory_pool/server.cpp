@@ -4,6 +4,7 @@
 #include "server.hpp"
 
 #include "common/device_watch.hpp"
+#include "common/run.hpp"
 
 #include <coverbs_support/json_output.hpp>
 #include <coverbs_support/size_argument.hpp>
@@ -243,12 +244,14 @@ int run_server(const server_config& config) {
   // The device's events: a port going down fails the sessions on it at once (errc::port_error, a line on
   // stderr); the server goes on serving the connections that come once it is back.
   example::device_watch watch(io.get_executor(), "memory_pool_server");
+  example::busy_report busy(io);  // debug builds: SIGQUIT prints what keeps the loop busy
   watch.watch(server->device());
   std::exception_ptr failure;
   asio::co_spawn(io, server->run(), [&](std::exception_ptr e) {
     failure = e;
     signals.cancel();
     watch.close();
+    busy.close();
   });
   io.run();
   server->report();

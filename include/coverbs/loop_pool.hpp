@@ -48,6 +48,7 @@
 #include <boost/asio/post.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -229,6 +230,14 @@ public:
   /// Waits for every member's thread to return (after `stop()`). `run(); join();` is the Asio example's
   /// blocking `run()`.
   void join() noexcept;
+
+  /// "What keeps the pool busy?": `describe_outstanding_work(member.context())` (outstanding_work.hpp) of every
+  /// member, each asked on its own thread, under a `member N:` heading. A running member that does not answer
+  /// within `patience` (its thread is stuck in a handler, or stopped) is reported as such instead; a member
+  /// not running is read from this thread. Call it from any thread but a member's own (there, use
+  /// `describe_outstanding_work(member.context())`).
+  /// @throws std::logic_error when called from a member's thread (it would wait for itself).
+  std::string describe_outstanding_work(std::chrono::milliseconds patience = std::chrono::seconds(1));
 
 private:
   std::optional<protection_domain> shared_pd_;

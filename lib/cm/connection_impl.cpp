@@ -4,7 +4,9 @@
 
 #include "cm/connection_impl.hpp"
 
+#include "cm/address.hpp"
 #include "cm/completion.hpp"
+#include "core/work_phrase.hpp"
 #include "dataplane/cq_impl.hpp"
 #include "dataplane/qp_impl.hpp"
 
@@ -27,6 +29,21 @@ connection_impl::connection_impl(const asio::any_io_executor& ex) : ex_(ex), tim
 void connection_impl::on_context_shutdown() noexcept {
   timer_.reset();
   if (channel_) channel_->release_fd();
+}
+
+void connection_impl::describe_work(std::vector<work_holder>& out) const {
+  static constexpr const char* phases[] = {"idle",       "resolving the address", "resolving the route",
+                                           "connecting", "accepting",             "established",
+                                           "disconnecting", "down"};
+  work_phrase p;
+  p.add(op_ ? 1 : 0, "connect or accept in progress", "connects or accepts in progress");
+  p.add(disconnect_ ? 1 : 0, "async_disconnect pending", "async_disconnect calls pending");
+  if (p.empty() && !waiting_) return;
+  std::string what = p.empty() ? "waiting for its rdma_cm events" : p.text();
+  what += std::string(" (") + phases[static_cast<int>(phase_)] + ")";
+  std::string name = "connection";
+  if (id_) name += " " + endpoint_string(rdma_get_local_addr(id_)) + " -> " + endpoint_string(rdma_get_peer_addr(id_));
+  out.push_back({"connection", name, p.count(), what});
 }
 
 void connection_impl::wait() {

@@ -48,6 +48,8 @@ public:
   explicit connection_impl(const boost::asio::any_io_executor& ex);
   /// The io_context is shutting down: its timer and descriptor objects go now, while the services exist.
   void on_context_shutdown() noexcept override;
+  /// A connect, accept or disconnect in progress, or the wait for its rdma_cm events (outstanding_work.hpp).
+  void describe_work(std::vector<work_holder>& out) const override;
   ~connection_impl() { close(); }
 
   boost::asio::any_io_executor ex_;

@@ -3,6 +3,8 @@
 
 #include "cm/datagram_listener_impl.hpp"
 
+#include "cm/address.hpp"
+
 #include <boost/asio/error.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 
@@ -11,6 +13,13 @@
 namespace coverbs::detail {
 
 namespace asio = boost::asio;
+
+void datagram_listener_impl::describe_work(std::vector<work_holder>& out) const {
+  if (!waiting_) return;
+  const std::string where = id_ ? endpoint_string(rdma_get_local_addr(id_)) : std::string("?");
+  out.push_back({"datagram_listener", "datagram_listener on " + where, 0,
+                 "waiting for resolution requests (until it is destroyed or closed)"});
+}
 
 void datagram_listener_impl::on_context_shutdown() noexcept {
   if (channel_) channel_->release_fd();

@@ -40,6 +40,8 @@ public:
 
   /// The io_context is shutting down: the channel's descriptor goes now, while the services exist.
   void on_context_shutdown() noexcept override;
+  /// Its wait for resolution requests while it answers them (outstanding_work.hpp).
+  void describe_work(std::vector<work_holder>& out) const override;
   /// Once the channel (and with it the descriptor) exists.
   void enroll_in_context();
 

@@ -4,7 +4,9 @@
 #include "cm/listener_impl.hpp"
 
 #include "cm/completion.hpp"
+#include "cm/address.hpp"
 #include "cm/handed_request.hpp"
+#include "core/work_phrase.hpp"
 
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
@@ -28,6 +30,17 @@ bool peer_gave_up(const error_code& ec) {
 void listener_impl::on_context_shutdown() noexcept {
   if (channel_) channel_->release_fd();
   grace_timer_.reset();
+}
+
+void listener_impl::describe_work(std::vector<work_holder>& out) const {
+  work_phrase p;
+  p.add(accepts_.size(), "async_accept pending", "async_accept calls pending");
+  p.add(handshakes_.size(), "handshake in progress", "handshakes in progress");
+  p.add(ready_.size(), "connection ready, waiting for an accept", "connections ready, waiting for an accept");
+  if (p.empty()) return;
+  const std::string where = id_ ? endpoint_string(rdma_get_local_addr(id_)) : std::string("?");
+  out.push_back({"listener", "listener on " + where, p.count(),
+                 p.text() + (grace_armed_ ? " (its backlog's grace timer is armed)" : "")});
 }
 
 void listener_impl::enroll_in_context() { enroll(asio::query(ex_, asio::execution::context)); }

@@ -39,6 +39,8 @@ public:
 
   /// The io_context is shutting down: the channel's descriptor and the timer go now, while the services exist.
   void on_context_shutdown() noexcept override;
+  /// Pending accepts, handshakes in progress and connections ready to hand over (outstanding_work.hpp).
+  void describe_work(std::vector<work_holder>& out) const override;
   /// Once the channel (and with it the descriptor) exists.
   void enroll_in_context();
 

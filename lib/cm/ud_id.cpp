@@ -5,6 +5,7 @@
 
 #include <coverbs/protection_domain.hpp>
 
+#include "cm/address.hpp"
 #include "cm/completion.hpp"
 
 #include <boost/asio/error.hpp>
@@ -18,6 +19,13 @@ namespace asio = boost::asio;
 
 ud_id::ud_id(const asio::any_io_executor& ex) : ex_(ex), timer_(std::in_place, ex) {
   enroll(asio::query(ex_, asio::execution::context));
+}
+
+void ud_id::describe_work(std::vector<work_holder>& out) const {
+  if (!waiting_) return;
+  const std::string peer = id_ ? endpoint_string(rdma_get_peer_addr(id_)) : std::string("?");
+  out.push_back({"datagram_resolve", "rdma_cm UDP id for " + peer, 1,
+                 "waiting for its rdma_cm events (a datagram peer's resolution, or a multicast membership)"});
 }
 
 void ud_id::on_context_shutdown() noexcept {

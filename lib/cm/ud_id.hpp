@@ -34,6 +34,8 @@ public:
   virtual ~ud_id() { close(); }
   /// The io_context is shutting down: the timer and the descriptor go now, while the services exist.
   void on_context_shutdown() noexcept override;
+  /// A resolution or a multicast membership waiting for its rdma_cm events (outstanding_work.hpp).
+  void describe_work(std::vector<work_holder>& out) const override;
 
   boost::asio::any_io_executor ex_;
   std::unique_ptr<cm_channel> channel_;

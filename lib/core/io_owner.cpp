@@ -49,4 +49,12 @@ void io_owner::withdraw() noexcept {
   set->owners.erase(this);
 }
 
+void describe_owners(boost::asio::execution_context& ctx, std::vector<work_holder>& out) {
+  if (!boost::asio::has_service<io_owner_registry>(ctx)) return;
+  const auto set = boost::asio::use_service<io_owner_registry>(ctx).set();
+  std::lock_guard lock(set->mutex);
+  for (const io_owner* o : set->owners)
+    o->describe_work(out);
+}
+
 }  // namespace coverbs::detail

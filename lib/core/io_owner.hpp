@@ -11,11 +11,14 @@
 // service is still alive — asks each enrolled object to destroy its I/O objects. Whatever destroys the
 // object later touches no service.
 
+#include <coverbs/outstanding_work.hpp>
+
 #include <boost/asio/execution_context.hpp>
 
 #include <memory>
 #include <mutex>
 #include <set>
+#include <vector>
 
 namespace coverbs::detail {
 
@@ -42,6 +45,10 @@ public:
   /// True once the context shut down: no new waits may be started.
   bool context_gone() const noexcept { return gone_; }
 
+  /// Adds to `out` what this object holds outstanding now (nothing when idle): outstanding_work.hpp. Called
+  /// on a thread that runs the context, or while none does.
+  virtual void describe_work(std::vector<work_holder>& out) const { (void)out; }
+
 protected:
   io_owner() = default;
   ~io_owner() { withdraw(); }
@@ -57,5 +64,9 @@ private:
   std::shared_ptr<io_owner_set> set_;
   bool gone_ = false;
 };
+
+/// Every object enrolled with `ctx`'s registry, asked `describe_work` in turn (none when no object ever
+/// enrolled: the registry is not created for the question).
+void describe_owners(boost::asio::execution_context& ctx, std::vector<work_holder>& out);
 
 }  // namespace coverbs::detail

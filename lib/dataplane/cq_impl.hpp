@@ -68,6 +68,9 @@ public:
   /// Rethrows the exception a handler run in place threw during the last drain (then cleared), if any.
   void rethrow_pending();
   void on_context_shutdown() noexcept override { release_channel_fd(); }
+  /// Its readiness wait or spin step while work requests are outstanding, and every live queue pair and
+  /// shared receive queue whose completions it receives and that holds operations (outstanding_work.hpp).
+  void describe_work(std::vector<work_holder>& out) const override;
 
   const boost::asio::any_io_executor executor_;
   ibv_comp_channel* channel_ = nullptr;

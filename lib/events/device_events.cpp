@@ -58,6 +58,14 @@ public:
   /// Called once the object is fully owned by a shared_ptr.
   void start() { wait(); }
 
+  /// The reader's wait on the device's async fd, while open (outstanding_work.hpp).
+  void describe_work(std::vector<work_holder>& out) const override {
+    if (!open_) return;
+    out.push_back({"device_events", std::string("device_events of ") + ibv_get_device_name(context_->device), 0,
+                   "reading the device's async events (" + std::to_string(received_) + " received so far); it waits "
+                   "until the device_events object is destroyed or closed"});
+  }
+
   /// From the owner (the device is still open): stop reading, restore the fd, abort pending waits.
   void close() noexcept {
     if (open_) {

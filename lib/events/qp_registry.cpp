@@ -32,6 +32,18 @@ void forget_if_empty(registry& r, std::unordered_map<ibv_context*, context_entry
 
 }  // namespace
 
+void visit_registered(const std::function<void(const queue_pair_impl&)>& on_qp,
+                      const std::function<void(const shared_receive_queue_impl&)>& on_srq) {
+  registry& r = the_registry();
+  std::lock_guard lock(r.mutex);
+  for (const auto& [context, entry] : r.contexts) {
+    for (const auto& [qp, e] : entry.qps)
+      if (e->impl) on_qp(*e->impl);
+    for (const auto& [srq, e] : entry.srqs)
+      if (e->impl) on_srq(*e->impl);
+  }
+}
+
 void register_qp(const std::shared_ptr<qp_registration>& e) {
   registry& r = the_registry();
   std::lock_guard lock(r.mutex);

@@ -63,6 +63,12 @@ void release_async_events(ibv_context* context) noexcept;
 /// On the queue pair's executor: the device reported `cause` (see fail_queue_pairs).
 void qp_on_async_error(queue_pair_impl* qp, const error_code& cause);
 
+/// Calls `on_qp` for every registered queue pair, then `on_srq` for every shared receive queue, whose object is
+/// live (not being destroyed), under the registry mutex: for outstanding_work, on a thread that runs their
+/// executors' context.
+void visit_registered(const std::function<void(const queue_pair_impl&)>& on_qp,
+                      const std::function<void(const shared_receive_queue_impl&)>& on_srq);
+
 /// One live coverbs shared receive queue, so IBV_EVENT_SRQ_LIMIT_REACHED reaches it. `impl` is read and
 /// cleared under the registry mutex; the other fields never change after registration.
 struct srq_registration {

@@ -1,6 +1,8 @@
 #include <coverbs/loop_pool.hpp>
+#include <coverbs/outstanding_work.hpp>
 
 #include <algorithm>
+#include <future>
 #include <limits>
 
 namespace coverbs {
@@ -123,6 +125,38 @@ void loop_pool::join() noexcept {
     m->thread_.join();
     m->thread_id_.store(std::thread::id{}, std::memory_order_release);
   }
+}
+
+std::string loop_pool::describe_outstanding_work(std::chrono::milliseconds patience) {
+  std::string out;
+  for (auto& m : members_) {
+    if (m->thread_id() == std::this_thread::get_id())
+      throw std::logic_error("loop_pool::describe_outstanding_work called on member " + std::to_string(m->index_) +
+                             "'s own thread: it would wait for itself; call coverbs::describe_outstanding_work("
+                             "member.context()) there");
+    out += "member " + std::to_string(m->index_) + ":\n";
+    std::string text;
+    if (!m->thread_.joinable() || m->io_->stopped()) {
+      text = coverbs::describe_outstanding_work(*m->io_);  // not running: nothing else reads it now
+    } else {
+      // Shared with the posted function: it may answer after this call gave up waiting.
+      auto answer = std::make_shared<std::promise<std::string>>();
+      std::future<std::string> f = answer->get_future();
+      boost::asio::post(*m->io_, [answer, io = m->io_.get()] { answer->set_value(coverbs::describe_outstanding_work(*io)); });
+      if (f.wait_for(patience) == std::future_status::ready)
+        text = f.get();
+      else
+        text = "did not answer within " + std::to_string(patience.count()) +
+               " ms: its thread is busy in a handler (or the loop stopped); a handler that never returns keeps "
+               "everything queued on this member waiting\n";
+    }
+    for (std::size_t at = 0; at < text.size();) {  // indented under the heading
+      const std::size_t end = std::min(text.find('\n', at), text.size());
+      out += "  " + text.substr(at, end - at) + "\n";
+      at = end + 1;
+    }
+  }
+  return out;
 }
 
 }  // namespace coverbs
