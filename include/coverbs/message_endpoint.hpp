@@ -156,9 +156,13 @@ public:
                                      message_type::request, 0, boost::asio::const_buffer());
   }
 
-  /// Answers `request` with `reply` (the request itself may be released before or after).
+  /// Answers `request` with `reply` (the request itself may be released before or after). Each request takes
+  /// one reply.
   /// @par Completion Signature `void(error_code)`, once the reply's send has completed.
-  /// @par Errors `errc::message_too_large` (before posting), the endpoint's error.
+  /// @par Errors `errc::message_too_large` (before posting), `boost::system::errc::invalid_argument` (before
+  /// posting: the request holds no call — default-constructed or moved from — or was answered already; a reply
+  /// refused or cancelled before posting leaves it unanswered), `operation_aborted` (cancelled before
+  /// posting, or closed), the endpoint's error.
   template <class ConstBufferSequence, completion_token_or_handler<void(error_code)> Token = default_token>
     requires boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value
   auto async_reply(const inbound_request& request, const ConstBufferSequence& reply,

@@ -145,6 +145,7 @@ void endpoint_impl::on_receive(std::uint32_t slot, error_code ec, std::size_t by
       release(slot);
     }
   } else if (h.type == message_type::request) {
+    unanswered_.insert(h.correlation_id);
     if (!(op = take_waiter(message_op_kind::receive_request))) requests_.push_back(p);
   } else if (!(op = take_waiter(message_op_kind::receive_message))) {
     messages_.push_back(p);
@@ -239,17 +240,23 @@ void endpoint_impl::start_op(message_op* op) noexcept {
   switch (op->kind) {
   case message_op_kind::call:
   case message_op_kind::send:
-    // Every call's id has a generation of at least 1: id 0 is a request never received (default-constructed),
-    // and sending it would fail the peer's endpoint (a reply no call awaits).
     if (op->type == message_type::reply && op->correlation_id == 0) {
-      diagnostic_ = "async_reply: the inbound_request holds no call (default-constructed): answer the one "
-                    "async_receive_request completed with";
+      // Every call's id has a generation of at least 1: id 0 is a request never received (default-constructed)
+      // or one whose call moved to another inbound_request.
+      diagnostic_ = "async_reply: the inbound_request holds no call (default-constructed or moved from): answer "
+                    "the one async_receive_request completed with, or the request it was moved to";
       return op->complete(make_error_code(boost::system::errc::invalid_argument), {}, 0, false);
     }
     if (op->length > options_.slot_size) {
       diagnostic_ = "a message of " + std::to_string(op->length) + " bytes does not fit the slot size " +
                     std::to_string(options_.slot_size) + " (message_options::slot_size)";
       return op->complete(make_error_code(errc::message_too_large), {}, 0, false);
+    }
+    // A second reply to one request would reach the peer as a reply no call awaits and fail its endpoint.
+    if (op->type == message_type::reply && unanswered_.erase(op->correlation_id) == 0) {
+      diagnostic_ = "async_reply: the request with correlation id " + std::to_string(op->correlation_id) +
+                    " was answered already (each request takes one reply), or this endpoint never received it";
+      return op->complete(make_error_code(boost::system::errc::invalid_argument), {}, 0, false);
     }
     op->owner = this;
     if (!outbox_.empty() || free_send_.empty() || ledger_.data_credits() == 0) ++stats_.credit_waits;
@@ -290,6 +297,7 @@ void endpoint_impl::cancel(message_op* op) noexcept {
     for (message_op* sent : in_flight_)
       if (sent == op) return;  // posted: it completes when the device is done with it
     outbox_.erase(op);
+    if (op->type == message_type::reply) unanswered_.insert(op->correlation_id);  // not sent: answer it again
     break;
   case message_op_kind::receive_request: request_waiters_.erase(op); break;
   case message_op_kind::receive_message: message_waiters_.erase(op); break;
@@ -321,6 +329,7 @@ void endpoint_impl::fail(error_code ec, std::string why) noexcept {
     if (op) pending.push_back(std::exchange(op, nullptr));
   requests_.clear();
   messages_.clear();
+  unanswered_.clear();
   for (message_op* op : pending) {
     op->owner = nullptr;
     op->call_index = no_call;

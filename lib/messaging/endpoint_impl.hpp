@@ -13,6 +13,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace coverbs::detail {
@@ -105,6 +106,9 @@ private:
   op_list outbox_;                       // sends, replies and calls waiting for a credit or a slot
   op_list request_waiters_, message_waiters_;
   std::deque<parked> requests_, messages_;
+  // The correlation ids of the requests received and not answered yet: a reply must take one (one reply per
+  // request; a second would reach the peer as a reply no call awaits and fail its endpoint).
+  std::unordered_set<std::uint64_t> unanswered_;
   error_code error_;
   std::string diagnostic_;
   bool check_scheduled_ = false;

@@ -20,8 +20,10 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace asio = boost::asio;
@@ -492,6 +494,54 @@ TEST_CASE("a reply to a request never received is refused before posting; both e
     CHECK(reply.str() == text);
     CHECK_FALSE(p.client.error());
   });
+}
+
+TEST_CASE("a request gets one reply: a second one, or one through the request it was moved from, is refused "
+          "before posting; both endpoints stay usable",
+          "[messaging]") {
+  fixture f;
+  endpoint_pair p(f.io, f.dev, f.pd);
+  cv::error_code moved_from_ec, first_ec, second_ec;
+  std::string moved_from_why, second_why;
+  bool answered = false;
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    auto [ec, request] = co_await p.server.async_receive_request(with_ec);
+    REQUIRE_FALSE(ec);
+    cv::inbound_request kept = std::move(request);
+    CHECK(request.correlation_id() == 0);
+    CHECK(kept.correlation_id() != 0);
+    std::tie(moved_from_ec) = co_await p.server.async_reply(request, asio::buffer("moved from", 10), with_ec);
+    moved_from_why = p.server.diagnostic();
+    std::tie(first_ec) = co_await p.server.async_reply(kept, asio::buffer("first", 5), with_ec);
+    std::tie(second_ec) = co_await p.server.async_reply(kept, asio::buffer("second", 6), with_ec);
+    second_why = p.server.diagnostic();
+    answered = true;
+    co_await echo_server(p.server);
+  }, asio::detached);
+  const auto answer = f.run([&]() -> awaitable<std::string> {
+    auto [ec, reply] = co_await p.client.async_call(asio::buffer("question", 8), with_ec);
+    co_return ec ? ec.message() : std::string(reply.str());
+  });
+  CHECK(answer == "first");
+  REQUIRE(f.run_until([&] { return answered; }));
+  CHECK(moved_from_ec == boost::system::errc::invalid_argument);
+  INFO(moved_from_why);
+  CHECK(moved_from_why.find("moved from") != std::string::npos);
+  CHECK_FALSE(first_ec);
+  CHECK(second_ec == boost::system::errc::invalid_argument);
+  INFO(second_why);
+  CHECK(second_why.find("answered already") != std::string::npos);
+  // Nothing more reached the client: its next call gets its own reply, and both sides are healthy.
+  f.run_until([] { return false; }, std::chrono::seconds(1));
+  CHECK(p.client.statistics().messages_received == 1);
+  const bytes req(32, std::byte{3});
+  const auto reply = f.run([&]() -> awaitable<bytes> {
+    auto [ec, m] = co_await p.client.async_call(req, with_ec);
+    co_return ec ? bytes() : bytes(m.bytes().begin(), m.bytes().end());
+  });
+  CHECK(reply == transform(req));
+  CHECK_FALSE(p.client.error());
+  CHECK_FALSE(p.server.error());
 }
 
 TEST_CASE("one-way messages both ways, and one-sided traffic flows on standalone credit updates",

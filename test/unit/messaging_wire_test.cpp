@@ -1,6 +1,7 @@
-// The message endpoint's wire header and credit accounting, without a device (message_header.hpp,
-// detail/credit_ledger.hpp).
+// The message endpoint's wire header and credit accounting, and what an inbound_request carries, without a
+// device (message_header.hpp, detail/credit_ledger.hpp, inbound_request.hpp).
 #include <coverbs/detail/credit_ledger.hpp>
+#include <coverbs/inbound_request.hpp>
 #include <coverbs/message_header.hpp>
 
 #include <catch2/catch.hpp>
@@ -150,4 +151,15 @@ TEST_CASE("credits: control credits come back in headers, and never more than ex
   // Data credits: no endpoint has more than 65535 receive slots, so more returned in all is a lie.
   REQUIRE(a.returned(0xFFFF, 0).empty());
   CHECK(a.returned(1, 0).find("at most 65535") != std::string::npos);
+}
+
+TEST_CASE("a request's correlation id moves with it: the moved-from request holds no call", "[messaging][request]") {
+  cv::inbound_request a(cv::inbound_message(), 0x0000'0001'0000'0005);
+  cv::inbound_request b(std::move(a));
+  CHECK(b.correlation_id() == 0x0000'0001'0000'0005);
+  CHECK(a.correlation_id() == 0);  // async_reply refuses it (invalid_argument) before posting
+  cv::inbound_request c;
+  c = std::move(b);
+  CHECK(c.correlation_id() == 0x0000'0001'0000'0005);
+  CHECK(b.correlation_id() == 0);
 }
