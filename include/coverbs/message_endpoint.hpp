@@ -22,8 +22,9 @@
 /// (or before the peer sends): the peer's first message must find this side's receives posted.
 ///
 /// @par Errors
-/// A message longer than `slot_size` is refused before posting (`errc::message_too_large`,
-/// `diagnostic()` names both sizes); the endpoint stays usable. Every incoming header is checked
+/// A message longer than `slot_size`, or than the peer's slot size (every header carries its sender's), is
+/// refused before posting (`errc::message_too_large`, `diagnostic()` names both sizes); the endpoint stays
+/// usable. Every incoming header is checked
 /// (`decode_header`): a violation fails the endpoint with `errc::protocol_violation`, a message beyond the
 /// credits granted with `errc::credit_overrun`, a failed work completion with its `wc_errc` — every pending
 /// operation completes with that error, later ones too, `error()` keeps it and `diagnostic()` says what
@@ -76,9 +77,9 @@ namespace coverbs {
 
 class protection_domain;
 
-/// Sizes of an endpoint's slots. Give both sides the same `slot_size` (or the receiver a larger one): a message
-/// is refused unless it fits the sender's slots, and one longer than the receiver's slot fails its receive
-/// (`wc_errc::loc_len_err`; the queue pair goes to the error state, both endpoints fail).
+/// Sizes of an endpoint's slots. The two sides may differ: each header carries its sender's `slot_size`, and a
+/// message is refused before posting (`errc::message_too_large`) unless it fits both this side's slots and the
+/// peer's. Nothing is sent before the peer's first header (which also brings the first credits).
 struct message_options {
   std::size_t slot_size = 4096;    ///< payload bytes per message (the header's 24 bytes come on top)
   std::uint32_t recv_slots = 32;   ///< data receives kept posted: what the peer may send ahead (1..65535)
@@ -118,6 +119,9 @@ public:
 
   executor_type get_executor() const noexcept { return ex_; }
   std::size_t slot_size() const noexcept;
+  /// The peer's `message_options::slot_size`, from its headers; 0 until its first one arrived (until then
+  /// nothing is sent: there is no credit either).
+  std::size_t peer_slot_size() const noexcept;
   /// Empty while healthy; the error that failed the endpoint; `errc::endpoint_closed` once closed.
   error_code error() const noexcept;
   /// What the last refusal or failure was about, with the numbers (e.g. "a message of 5000 bytes does not
@@ -133,8 +137,8 @@ public:
   /// Sends `request` (a buffer sequence, gathered into one message) and completes with the peer's reply.
   /// Any number may be in flight; they complete in any order, each with its own reply.
   /// @par Completion Signature `void(error_code, inbound_message reply)`
-  /// @par Errors `errc::message_too_large` (before posting), `operation_aborted` (cancelled or closed), the
-  /// endpoint's error.
+  /// @par Errors `errc::message_too_large` (before posting: longer than this side's or the peer's slot size),
+  /// `operation_aborted` (cancelled or closed), the endpoint's error.
   template <class ConstBufferSequence,
             completion_token_or_handler<void(error_code, inbound_message)> Token = default_token>
     requires boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value

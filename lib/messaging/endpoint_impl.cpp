@@ -109,6 +109,11 @@ void endpoint_impl::on_receive(std::uint32_t slot, error_code ec, std::size_t by
   message_header h;
   std::string why = decode_header({recv_slot(slot), bytes}, options_.slot_size, h);
   if (!why.empty()) return fail(make_error_code(errc::protocol_violation), "protocol violation: " + why);
+  if (peer_slot_size_ != 0 && h.slot_size != peer_slot_size_)
+    return fail(make_error_code(errc::protocol_violation),
+                "protocol violation: the peer's slot size changed from " + std::to_string(peer_slot_size_) +
+                    " to " + std::to_string(h.slot_size));
+  peer_slot_size_ = h.slot_size;
   const bool control = h.type == message_type::credit;
   why = ledger_.arrived(control);
   if (!why.empty()) return fail(make_error_code(errc::credit_overrun), "credit overrun: " + why);
@@ -174,6 +179,7 @@ void endpoint_impl::post_message(std::uint32_t slot, message_type type, std::uin
   h.type = type;
   h.length = op ? static_cast<std::uint32_t>(op->length) : 0;
   h.correlation_id = id;
+  h.slot_size = static_cast<std::uint32_t>(options_.slot_size);
   const credit_ledger::report r = ledger_.take_report();
   h.data_credits = r.data;
   h.control_credits = r.control;
@@ -201,8 +207,16 @@ std::uint32_t endpoint_impl::add_call(message_op* op) {
 }
 
 void endpoint_impl::pump() noexcept {
-  while (healthy() && !outbox_.empty() && !free_send_.empty() && ledger_.take_data()) {
-    message_op* op = outbox_.pop_front();
+  while (healthy() && !outbox_.empty()) {
+    message_op* op = outbox_.front();
+    // The peer's slot size comes with its first header, as do the first credits: nothing is posted before.
+    if (peer_slot_size_ != 0 && op->length > peer_slot_size_) {
+      outbox_.erase(op);
+      refuse_for_peer(op);
+      continue;
+    }
+    if (free_send_.empty() || !ledger_.take_data()) return;
+    outbox_.erase(op);
     const std::uint32_t slot = free_send_.back();
     free_send_.pop_back();
     ++stats_.messages_sent;
@@ -240,24 +254,22 @@ void endpoint_impl::start_op(message_op* op) noexcept {
   switch (op->kind) {
   case message_op_kind::call:
   case message_op_kind::send:
-    if (op->type == message_type::reply && op->correlation_id == 0) {
+    if (op->type == message_type::reply && op->correlation_id == 0)
       // Every call's id has a generation of at least 1: id 0 is a request never received (default-constructed)
       // or one whose call moved to another inbound_request.
-      diagnostic_ = "async_reply: the inbound_request holds no call (default-constructed or moved from): answer "
-                    "the one async_receive_request completed with, or the request it was moved to";
-      return op->complete(make_error_code(boost::system::errc::invalid_argument), {}, 0, false);
-    }
-    if (op->length > options_.slot_size) {
-      diagnostic_ = "a message of " + std::to_string(op->length) + " bytes does not fit the slot size " +
-                    std::to_string(options_.slot_size) + " (message_options::slot_size)";
-      return op->complete(make_error_code(errc::message_too_large), {}, 0, false);
-    }
+      return refuse_op(op, make_error_code(boost::system::errc::invalid_argument),
+                       "async_reply: the inbound_request holds no call (default-constructed or moved from): answer "
+                       "the one async_receive_request completed with, or the request it was moved to");
+    if (op->length > options_.slot_size)
+      return refuse_op(op, make_error_code(errc::message_too_large),
+                       "a message of " + std::to_string(op->length) + " bytes does not fit the slot size " +
+                           std::to_string(options_.slot_size) + " (message_options::slot_size)");
     // A second reply to one request would reach the peer as a reply no call awaits and fail its endpoint.
-    if (op->type == message_type::reply && unanswered_.erase(op->correlation_id) == 0) {
-      diagnostic_ = "async_reply: the request with correlation id " + std::to_string(op->correlation_id) +
-                    " was answered already (each request takes one reply), or this endpoint never received it";
-      return op->complete(make_error_code(boost::system::errc::invalid_argument), {}, 0, false);
-    }
+    if (op->type == message_type::reply && unanswered_.erase(op->correlation_id) == 0)
+      return refuse_op(op, make_error_code(boost::system::errc::invalid_argument),
+                       "async_reply: the request with correlation id " + std::to_string(op->correlation_id) +
+                           " was answered already (each request takes one reply), or this endpoint never received it");
+    if (peer_slot_size_ != 0 && op->length > peer_slot_size_) return refuse_for_peer(op);
     op->owner = this;
     if (!outbox_.empty() || free_send_.empty() || ledger_.data_credits() == 0) ++stats_.credit_waits;
     outbox_.push_back(op);
@@ -278,6 +290,20 @@ void endpoint_impl::start_op(message_op* op) noexcept {
     return;
   }
   }
+}
+
+void endpoint_impl::refuse_op(message_op* op, error_code ec, std::string why) noexcept {
+  diagnostic_ = std::move(why);
+  op->owner = nullptr;
+  op->complete(ec, {}, 0, false);
+}
+
+void endpoint_impl::refuse_for_peer(message_op* op) noexcept {
+  if (op->type == message_type::reply) unanswered_.insert(op->correlation_id);  // not sent: answer it again
+  refuse_op(op, make_error_code(errc::message_too_large),
+            "a message of " + std::to_string(op->length) + " bytes does not fit the peer's slot size " +
+                std::to_string(peer_slot_size_) + " (its message_options::slot_size; this side's is " +
+                std::to_string(options_.slot_size) + ")");
 }
 
 void endpoint_impl::cancel(message_op* op) noexcept {

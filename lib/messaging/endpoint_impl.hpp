@@ -53,6 +53,7 @@ public:
   void on_context_shutdown() noexcept override;
 
   std::size_t slot_size() const noexcept { return options_.slot_size; }
+  std::size_t peer_slot_size() const noexcept { return peer_slot_size_; }
   error_code error() const noexcept { return error_; }
   const std::string& diagnostic() const noexcept { return diagnostic_; }
   const message_statistics& statistics() const noexcept { return stats_; }
@@ -89,6 +90,10 @@ private:
   void schedule_credit_check() noexcept;
   void credit_check() noexcept;
   message_op* take_waiter(message_op_kind kind) noexcept;
+  /// Completes `op` (which the endpoint does not hold) with `ec`, posted; `diagnostic()` says `why`.
+  void refuse_op(message_op* op, error_code ec, std::string why) noexcept;
+  /// Refuses `op`, too long for the peer's slots (errc::message_too_large).
+  void refuse_for_peer(message_op* op) noexcept;
   std::uint32_t add_call(message_op* op);
 
   queue_pair* qp_;
@@ -109,6 +114,7 @@ private:
   // The correlation ids of the requests received and not answered yet: a reply must take one (one reply per
   // request; a second would reach the peer as a reply no call awaits and fail its endpoint).
   std::unordered_set<std::uint64_t> unanswered_;
+  std::size_t peer_slot_size_ = 0;  // from the peer's headers; 0 until its first one (no credit before it)
   error_code error_;
   std::string diagnostic_;
   bool check_scheduled_ = false;

@@ -327,6 +327,7 @@ struct hostile_peer {
     raw.async_send(cv::span_of(mr, at, n), [this](cv::error_code, std::size_t) { ++sent; });
   }
   void send_header(std::size_t at, cv::message_header h, std::size_t payload) {
+    h.slot_size = 1000;  // what its receives hold
     cv::encode_header(h, std::span<std::byte, 24>(buf.data() + at, 24));
     send_raw(at, 24 + payload);
   }
@@ -447,6 +448,50 @@ TEST_CASE("a message larger than a slot is refused before posting, naming both s
   }, asio::detached);
   REQUIRE(f.run_until([&] { return ok; }));
   CHECK_FALSE(p.a.error());
+}
+
+TEST_CASE("a message longer than the peer's smaller slots is refused before posting, naming both sizes; the "
+          "connection stays usable both ways",
+          "[messaging][refusal]") {
+  fixture f;
+  endpoint_pair p(f.io, f.dev, f.pd, endpoint_options(128, 1024), endpoint_options(128, 256));
+  const std::uint64_t rnr_before = rnr_total(f.dev);
+  // Started before either side heard from the other: it waits for the peer's slot size, then is refused.
+  const bytes big(300, std::byte{6});
+  std::optional<cv::error_code> early;
+  p.client.async_call(big, [&](cv::error_code ec, cv::inbound_message) { early = ec; });
+  CHECK(p.client.peer_slot_size() == 0);
+  REQUIRE(f.run_until([&] { return early.has_value(); }));
+  CHECK(*early == cv::errc::message_too_large);
+  CHECK(p.client.peer_slot_size() == 256);
+  CHECK(p.server.peer_slot_size() == 1024);
+  INFO(p.client.diagnostic());
+  CHECK(p.client.diagnostic().find("300") != std::string::npos);
+  CHECK(p.client.diagnostic().find("256") != std::string::npos);
+  CHECK(p.client.diagnostic().find("1024") != std::string::npos);
+  CHECK(p.client.statistics().messages_sent == 0);
+  asio::co_spawn(f.io, echo_server(p.server), asio::detached);
+  asio::co_spawn(f.io, echo_server(p.client), asio::detached);
+  f.run([&]() -> awaitable<void> {
+    // Once the size is known: refused at once, one-way messages too.
+    auto [ec] = co_await p.client.async_send_message(big, with_ec);
+    CHECK(ec == cv::errc::message_too_large);
+    // What fits the smaller slots goes both ways.
+    const bytes fits(256, std::byte{7});
+    auto [cec, reply] = co_await p.client.async_call(fits, with_ec);
+    CHECK_FALSE(cec);
+    CHECK(equal(reply.bytes(), transform(fits)));
+    auto [sec, back] = co_await p.server.async_call(fits, with_ec);
+    CHECK_FALSE(sec);
+    CHECK(equal(back.bytes(), transform(fits)));
+    auto [too_big] = co_await p.server.async_send_message(big, with_ec);  // above the server's own slots
+    CHECK(too_big == cv::errc::message_too_large);
+  });
+  CHECK_FALSE(p.client.error());
+  CHECK_FALSE(p.server.error());
+  CHECK_FALSE(p.a.error());
+  CHECK_FALSE(p.b.error());
+  CHECK(rnr_total(f.dev) == rnr_before);
 }
 
 TEST_CASE("receive slots are checked against the receive depth coverbs posts, not the one the device granted",

@@ -29,9 +29,10 @@ TEST_CASE("a header survives encoding, byte for byte in the documented layout", 
   h.correlation_id = 0x0102030405060708;
   h.data_credits = 0x1234;
   h.control_credits = 2;
+  h.slot_size = 0x00010400;
   const auto m = message(h, 3);
   CHECK(m[0] == std::byte{0xCB});
-  CHECK(m[1] == std::byte{1});
+  CHECK(m[1] == std::byte{2});
   CHECK(m[2] == std::byte{3});
   CHECK(m[4] == std::byte{3});
   CHECK(m[8] == std::byte{0x08});   // little-endian
@@ -39,6 +40,10 @@ TEST_CASE("a header survives encoding, byte for byte in the documented layout", 
   CHECK(m[16] == std::byte{0x34});
   CHECK(m[17] == std::byte{0x12});
   CHECK(m[18] == std::byte{2});
+  CHECK(m[20] == std::byte{0x00});  // the sender's slot size, little-endian
+  CHECK(m[21] == std::byte{0x04});
+  CHECK(m[22] == std::byte{0x01});
+  CHECK(m[23] == std::byte{0x00});
   cv::message_header d;
   REQUIRE(cv::decode_header(m, 4096, d).empty());
   CHECK(d.type == h.type);
@@ -46,11 +51,13 @@ TEST_CASE("a header survives encoding, byte for byte in the documented layout", 
   CHECK(d.correlation_id == h.correlation_id);
   CHECK(d.data_credits == 0x1234);
   CHECK(d.control_credits == 2);
+  CHECK(d.slot_size == 0x00010400);
 }
 
 TEST_CASE("decoding refuses every malformed header and says what was wrong", "[messaging][header]") {
   cv::message_header h;
   h.length = 10;
+  h.slot_size = 4096;
   cv::message_header out;
   SECTION("short") {
     const std::vector<std::byte> m(10);
@@ -63,8 +70,8 @@ TEST_CASE("decoding refuses every malformed header and says what was wrong", "[m
   }
   SECTION("version") {
     auto m = message(h, 10);
-    m[1] = std::byte{2};
-    CHECK(cv::decode_header(m, 4096, out).find("version 2") != std::string::npos);
+    m[1] = std::byte{1};  // version 1 had no slot size
+    CHECK(cv::decode_header(m, 4096, out) == "protocol version 1 (this side speaks version 2)");
   }
   SECTION("type") {
     auto m = message(h, 10);
@@ -73,8 +80,12 @@ TEST_CASE("decoding refuses every malformed header and says what was wrong", "[m
   }
   SECTION("reserved") {
     auto m = message(h, 10);
-    m[22] = std::byte{1};
+    m[3] = std::byte{1};
     CHECK(cv::decode_header(m, 4096, out).find("reserved") != std::string::npos);
+  }
+  SECTION("no slot size") {
+    h.slot_size = 0;
+    CHECK(cv::decode_header(message(h, 10), 4096, out).find("slot size is 0") != std::string::npos);
   }
   SECTION("above the slot") {
     h.length = 5000;
