@@ -39,7 +39,8 @@
 ///
 /// @par Per-Operation Cancellation
 /// Any cancellation type abandons one operation at once with `operation_aborted`: a call (waiting for
-/// credit, or sent — its reply, when it arrives, is dropped, its slot reposted, and counted in
+/// credit, or sent — its entry in the call table is freed at once, and its reply, if it arrives, is known by
+/// the generation in its correlation id: dropped, its slot reposted, and counted in
 /// `message_statistics::replies_dropped`), a receive, or a send still waiting for a credit or a slot. A
 /// send already posted cannot be recalled; it completes when the device is done with it.
 ///
@@ -86,7 +87,7 @@ struct message_options {
   std::uint32_t send_slots = 32;   ///< messages this side may have in flight at once (>= 1)
 };
 
-/// What an endpoint has done (cumulative).
+/// What an endpoint has done (cumulative), and the calls it has in flight now.
 struct message_statistics {
   std::uint64_t messages_sent = 0;         ///< data, requests and replies posted
   std::uint64_t messages_received = 0;     ///< data, requests and replies received
@@ -95,6 +96,9 @@ struct message_statistics {
   std::uint64_t credit_waits = 0;          ///< times an operation found no credit or send slot and waited
   std::uint64_t calls_abandoned = 0;       ///< calls cancelled after their request was sent
   std::uint64_t replies_dropped = 0;       ///< replies that arrived for abandoned calls
+  /// Not cumulative: calls sent and awaiting their reply now, the entries of the call table in use. An
+  /// abandoned call leaves it at once, whether or not its reply ever comes.
+  std::uint64_t calls_in_flight = 0;
 };
 
 /// A message endpoint on a connected RC queue pair. Move-only.

@@ -133,21 +133,22 @@ void endpoint_impl::on_receive(std::uint32_t slot, error_code ec, std::size_t by
   if (h.type == message_type::reply) {
     const auto index = static_cast<std::uint32_t>(h.correlation_id);
     const auto generation = static_cast<std::uint32_t>(h.correlation_id >> 32);
-    if (index >= calls_.size() || calls_[index].generation != generation || calls_[index].st == call_entry::state::free)
+    call_entry* e = index < calls_.size() ? &calls_[index] : nullptr;
+    if (e && e->st == call_entry::state::awaiting && e->generation == generation) {
+      op = e->op;
+      e->op = nullptr;
+      e->st = call_entry::state::free;
+      free_calls_.push_back(index);
+      op->owner = nullptr;
+      op->call_index = no_call;
+    } else if (e && e->late > 0 && generation != 0 && e->generation - generation < 0x8000'0000u) {
+      --e->late;  // a reply to a cancelled call (this generation of the entry or an earlier one)
+      ++stats_.replies_dropped;
+      release(slot);
+    } else {
       return fail(make_error_code(errc::protocol_violation),
                   "protocol violation: a reply for correlation id " + std::to_string(h.correlation_id) +
                       ", which no call awaits");
-    call_entry& e = calls_[index];
-    op = e.op;
-    e.op = nullptr;
-    e.st = call_entry::state::free;
-    free_calls_.push_back(index);
-    if (op) {
-      op->owner = nullptr;
-      op->call_index = no_call;
-    } else {
-      ++stats_.replies_dropped;  // its call was abandoned
-      release(slot);
     }
   } else if (h.type == message_type::request) {
     unanswered_.insert(h.correlation_id);
@@ -312,7 +313,9 @@ void endpoint_impl::cancel(message_op* op) noexcept {
     if (op->call_index != no_call) {
       call_entry& e = calls_[op->call_index];
       e.op = nullptr;
-      e.st = call_entry::state::abandoned;  // its reply is dropped when it comes
+      e.st = call_entry::state::free;  // free now: its reply, if it comes, is told by its generation
+      ++e.late;
+      free_calls_.push_back(op->call_index);
       op->call_index = no_call;
       ++stats_.calls_abandoned;
     } else {
@@ -347,9 +350,11 @@ void endpoint_impl::fail(error_code ec, std::string why) noexcept {
   std::vector<message_op*> pending;
   for (op_list* list : {&outbox_, &request_waiters_, &message_waiters_})
     while (message_op* op = list->pop_front()) pending.push_back(op);
-  for (call_entry& e : calls_) {
+  for (std::uint32_t i = 0; i < calls_.size(); ++i) {
+    call_entry& e = calls_[i];
+    if (e.st == call_entry::state::awaiting) free_calls_.push_back(i);
     if (e.op) pending.push_back(e.op);
-    e = call_entry{0, e.generation, call_entry::state::free};
+    e = call_entry{nullptr, e.generation, 0, call_entry::state::free};
   }
   for (message_op*& op : in_flight_)
     if (op) pending.push_back(std::exchange(op, nullptr));

@@ -56,18 +56,25 @@ public:
   std::size_t peer_slot_size() const noexcept { return peer_slot_size_; }
   error_code error() const noexcept { return error_; }
   const std::string& diagnostic() const noexcept { return diagnostic_; }
-  const message_statistics& statistics() const noexcept { return stats_; }
+  message_statistics statistics() const noexcept {
+    message_statistics s = stats_;
+    s.calls_in_flight = calls_.size() - free_calls_.size();
+    return s;
+  }
   std::uint32_t credits() const noexcept { return ledger_.data_credits(); }
 
 private:
   struct free_deleter {
     void operator()(std::byte* p) const noexcept { std::free(p); }
   };
-  // A call sent and not answered yet; its id is (generation << 32) | index.
+  // A call sent and not answered yet; its id is (generation << 32) | index. A cancelled call frees its entry at
+  // once and counts in `late`: a reply that comes for an earlier generation of the entry, or for the current
+  // one once freed, is then a late reply to a cancelled call (dropped and counted), one per cancellation.
   struct call_entry {
     message_op* op = nullptr;
     std::uint32_t generation = 0;
-    enum class state : std::uint8_t { free, awaiting, abandoned } st = state::free;
+    std::uint32_t late = 0;
+    enum class state : std::uint8_t { free, awaiting } st = state::free;
   };
   // A message received with no operation waiting for it (no shared_ptr: the queue is the endpoint's own).
   struct parked {

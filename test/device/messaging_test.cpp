@@ -304,6 +304,74 @@ TEST_CASE("cancelling 1,000 calls mid-flight abandons only them; late replies ar
   REQUIRE(f.run_until([&] { return more == connections * 20; }));
 }
 
+TEST_CASE("cancelled calls whose replies never come free their entries at once; a late reply is dropped and "
+          "counted, also after a new call took its entry",
+          "[messaging][cancel]") {
+  fixture f;
+  endpoint_pair p(f.io, f.dev, f.pd);
+  constexpr int rounds = 5, calls = 50;
+  // The server takes every request, gives its slot back, and answers none yet.
+  std::vector<cv::inbound_request> held;
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    for (;;) {
+      auto [ec, req] = co_await p.server.async_receive_request(with_ec);
+      if (ec) co_return;
+      req.release();
+      held.push_back(std::move(req));
+    }
+  }, asio::detached);
+  int completed = 0, aborted = 0;
+  for (int r = 1; r <= rounds; ++r) {
+    std::vector<std::unique_ptr<asio::cancellation_signal>> signals;
+    for (int i = 0; i < calls; ++i) {
+      signals.push_back(std::make_unique<asio::cancellation_signal>());
+      p.client.async_call(asio::buffer("never answered", 14),
+                          asio::bind_cancellation_slot(signals.back()->slot(), [&](cv::error_code ec, cv::inbound_message) {
+                            ++completed;
+                            aborted += ec == asio::error::operation_aborted;
+                          }));
+    }
+    REQUIRE(f.run_until([&] { return held.size() == static_cast<std::size_t>(r * calls); }));
+    CHECK(p.client.statistics().calls_in_flight == calls);
+    for (auto& s : signals) s->emit(asio::cancellation_type::terminal);
+    CHECK(p.client.statistics().calls_in_flight == 0);  // at once, not when a reply comes
+    REQUIRE(f.run_until([&] { return completed == r * calls; }));
+  }
+  CHECK(aborted == rounds * calls);
+  CHECK(p.client.statistics().calls_abandoned == rounds * calls);
+  // A new call takes a freed entry; the late replies to the cancelled calls (entry reused or not) are dropped
+  // and counted, and none completes the new call.
+  std::optional<cv::error_code> next_ec;
+  std::string next_reply;
+  p.client.async_call(asio::buffer("next", 4), [&](cv::error_code ec, cv::inbound_message m) {
+    next_ec = ec;
+    next_reply = m.str();
+  });
+  REQUIRE(f.run_until([&] { return held.size() == rounds * calls + 1; }));
+  CHECK(p.client.statistics().calls_in_flight == 1);
+  cv::inbound_request next = std::move(held.back());
+  held.pop_back();
+  int answered = 0;
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    for (auto it = held.rbegin(); it != held.rend(); ++it) {
+      auto [ec] = co_await p.server.async_reply(*it, asio::buffer("late", 4), with_ec);
+      answered += !ec;
+    }
+  }, asio::detached);
+  REQUIRE(f.run_until([&] { return p.client.statistics().replies_dropped == rounds * calls; }));
+  CHECK(answered == rounds * calls);
+  CHECK_FALSE(next_ec);  // still waiting for its own reply
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    co_await p.server.async_reply(next, asio::buffer("yours", 5), with_ec);
+  }, asio::detached);
+  REQUIRE(f.run_until([&] { return next_ec.has_value(); }));
+  CHECK_FALSE(*next_ec);
+  CHECK(next_reply == "yours");
+  CHECK(p.client.statistics().calls_in_flight == 0);
+  CHECK_FALSE(p.client.error());
+  CHECK_FALSE(p.server.error());
+}
+
 namespace {
 
 /// A raw queue pair (no endpoint) facing an endpoint: it writes headers by hand.
