@@ -54,7 +54,9 @@
 /// with operations pending destroys their handlers without running them.
 ///
 /// @par Thread Safety
-/// Distinct objects: safe. Shared objects: unsafe; use an endpoint from its queue pair's executor.
+/// Distinct objects: safe. Shared objects: unsafe; use an endpoint from its queue pair's executor. The
+/// messages and requests it hands out may be released (or destroyed) on any thread: the repost is
+/// dispatched to the endpoint's executor (`inbound_message.hpp`).
 
 #include <coverbs/detail/token_check.hpp>
 #include <coverbs/detail/handler_executor.hpp>

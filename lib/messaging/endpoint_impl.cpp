@@ -4,6 +4,7 @@
 
 #include <coverbs/protection_domain.hpp>
 
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/query.hpp>
@@ -399,6 +400,13 @@ void cancel_message_op(message_op* op) noexcept {
   if (op->owner) op->owner->cancel(op);
 }
 
-void release_slot(endpoint_impl& impl, std::uint32_t slot) noexcept { impl.release(slot); }
+void release_slot(std::shared_ptr<endpoint_impl> impl, std::uint32_t slot) noexcept {
+  // The context's shutdown is the one write of this flag: a message released after it has nowhere to go.
+  if (impl->context_gone()) return;
+  // Inline when this thread runs the endpoint's executor (the common case: no allocation), else queued there;
+  // the handler's reference keeps the state alive until it has run.
+  const message_endpoint::executor_type ex = impl->executor();
+  boost::asio::dispatch(ex, [impl = std::move(impl), slot] { impl->release(slot); });
+}
 
 }  // namespace coverbs::detail

@@ -45,6 +45,7 @@ public:
   void start();
   void start_op(message_op* op) noexcept;
   void cancel(message_op* op) noexcept;
+  /// Posts a receive slot again (on the endpoint's executor; messages call release_slot, from any thread).
   void release(std::uint32_t slot) noexcept;
   /// Fails the endpoint (or closes it: `operation_aborted`, then `errc::endpoint_closed` for later ones).
   void fail(error_code ec, std::string why) noexcept;
@@ -52,6 +53,7 @@ public:
 
   void on_context_shutdown() noexcept override;
 
+  const message_endpoint::executor_type& executor() const noexcept { return ex_; }
   std::size_t slot_size() const noexcept { return options_.slot_size; }
   std::size_t peer_slot_size() const noexcept { return peer_slot_size_; }
   error_code error() const noexcept { return error_; }

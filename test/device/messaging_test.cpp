@@ -15,14 +15,19 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -705,6 +710,84 @@ TEST_CASE("one-way messages both ways, and one-sided traffic flows on standalone
     }
   }, asio::detached);
   REQUIRE(f.run_until([&] { return back == 3 * static_cast<int>(slots); }));
+  CHECK(rnr_total(f.dev) == rnr_before);
+  CHECK_FALSE(p.client.error());
+  CHECK_FALSE(p.server.error());
+}
+
+TEST_CASE("messages released on another thread while the endpoint runs: their slots come back on the endpoint's "
+          "executor and the traffic flows",
+          "[messaging][one-way][threads]") {
+  fixture f;
+  constexpr std::uint32_t slots = 8;
+  constexpr int count = 2000;
+  endpoint_pair p(f.io, f.dev, f.pd, endpoint_options(slots), endpoint_options(slots));
+  const std::uint64_t rnr_before = rnr_total(f.dev);
+  // The loop receives; a worker thread reads each message and releases it (half by release(), half by
+  // destruction). With 8 slots the sender runs only on the credits those releases return.
+  std::mutex m;
+  std::condition_variable cv_ready;
+  std::deque<cv::inbound_message> handed;
+  bool stop = false;
+  std::atomic<int> released{0}, in_order{0};
+  std::thread worker([&] {
+    for (int i = 0;; ++i) {
+      cv::inbound_message msg;
+      {
+        std::unique_lock lock(m);
+        cv_ready.wait(lock, [&] { return stop || !handed.empty(); });
+        if (handed.empty()) return;
+        msg = std::move(handed.front());
+        handed.pop_front();
+      }
+      std::uint32_t v = 0;
+      std::memcpy(&v, msg.bytes().data(), sizeof v);
+      in_order += v == static_cast<std::uint32_t>(i);
+      if (i % 2) msg.release();  // else destroyed at the end of the iteration
+      ++released;
+    }
+  });
+  int received = 0, sent = 0;
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    for (int i = 0; i < count; ++i) {
+      auto [ec, msg] = co_await p.server.async_receive_message(with_ec);
+      if (ec) co_return;
+      ++received;
+      {
+        std::lock_guard lock(m);
+        handed.push_back(std::move(msg));
+      }
+      cv_ready.notify_one();
+    }
+  }, asio::detached);
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    for (int i = 0; i < count; ++i) {
+      const std::uint32_t v = static_cast<std::uint32_t>(i);
+      auto [ec] = co_await p.client.async_send_message(asio::buffer(&v, sizeof v), with_ec);
+      if (ec) co_return;
+      ++sent;
+    }
+  }, asio::detached);
+  const bool done = f.run_until([&] { return sent == count && received == count && released == count; },
+                                std::chrono::seconds(60));
+  {
+    std::lock_guard lock(m);
+    stop = true;
+  }
+  cv_ready.notify_one();
+  worker.join();
+  REQUIRE(done);
+  CHECK(in_order == count);
+  // Every slot came back: the server can hold 8 more messages at once.
+  std::vector<cv::inbound_message> held;
+  f.run([&]() -> awaitable<void> {
+    for (std::uint32_t i = 0; i < slots; ++i) {
+      co_await p.client.async_send_message(asio::buffer("again", 5), with_ec);
+      auto [ec, msg] = co_await p.server.async_receive_message(with_ec);
+      if (!ec) held.push_back(std::move(msg));
+    }
+  });
+  CHECK(held.size() == slots);
   CHECK(rnr_total(f.dev) == rnr_before);
   CHECK_FALSE(p.client.error());
   CHECK_FALSE(p.server.error());
