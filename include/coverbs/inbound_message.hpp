@@ -6,7 +6,15 @@
 /// The slot is posted again as a receive — and its credit returned to the peer with the next message or
 /// credit update — when the message is released: `release()`, destruction, or assignment. Holding messages
 /// holds the peer's credits: a peer whose credits are all held waits (it never fails, and never meets
-/// receiver-not-ready). Release on the endpoint's executor.
+/// receiver-not-ready).
+///
+/// @par Thread Safety
+/// Distinct objects: safe. Shared objects: unsafe. A message may be read, released or destroyed on any
+/// thread (hand it over with the synchronisation you would use for any object): the repost runs on the
+/// endpoint's executor — at once when the releasing thread already runs it, else dispatched there (the
+/// message's reference keeps the endpoint's state alive until it has run). Release before the endpoint's
+/// execution context is destroyed, or after: a message released once the context has shut down posts
+/// nothing.
 ///
 /// The message keeps the endpoint's receive slots alive, so it may outlive the `message_endpoint` (once the
 /// endpoint is closed or failed, a released slot is not posted again).
@@ -24,7 +32,8 @@ namespace coverbs {
 
 namespace detail {
 class endpoint_impl;
-void release_slot(endpoint_impl& impl, std::uint32_t slot) noexcept;
+/// Posts `slot` of `impl` again, on the endpoint's executor (dispatched: from any thread).
+void release_slot(std::shared_ptr<endpoint_impl> impl, std::uint32_t slot) noexcept;
 }  // namespace detail
 
 /// A received message: its payload bytes in the receive slot. Move-only; empty when default-constructed,
@@ -60,9 +69,10 @@ public:
   /// True while the message holds a slot.
   explicit operator bool() const noexcept { return impl_ != nullptr; }
 
-  /// Gives the slot back: it is posted again as a receive and its credit returned to the peer.
+  /// Gives the slot back: it is posted again as a receive (on the endpoint's executor, from any thread) and
+  /// its credit returned to the peer.
   void release() noexcept {
-    if (auto impl = std::move(impl_)) detail::release_slot(*impl, slot_);
+    if (impl_) detail::release_slot(std::move(impl_), slot_);
     bytes_ = {};
   }
 

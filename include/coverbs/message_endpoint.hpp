@@ -22,8 +22,9 @@
 /// (or before the peer sends): the peer's first message must find this side's receives posted.
 ///
 /// @par Errors
-/// A message longer than `slot_size` is refused before posting (`errc::message_too_large`,
-/// `diagnostic()` names both sizes); the endpoint stays usable. Every incoming header is checked
+/// A message longer than `slot_size`, or than the peer's slot size (every header carries its sender's), is
+/// refused before posting (`errc::message_too_large`, `diagnostic()` names both sizes); the endpoint stays
+/// usable. Every incoming header is checked
 /// (`decode_header`): a violation fails the endpoint with `errc::protocol_violation`, a message beyond the
 /// credits granted with `errc::credit_overrun`, a failed work completion with its `wc_errc` — every pending
 /// operation completes with that error, later ones too, `error()` keeps it and `diagnostic()` says what
@@ -38,7 +39,8 @@
 ///
 /// @par Per-Operation Cancellation
 /// Any cancellation type abandons one operation at once with `operation_aborted`: a call (waiting for
-/// credit, or sent — its reply, when it arrives, is dropped, its slot reposted, and counted in
+/// credit, or sent — its entry in the call table is freed at once, and its reply, if it arrives, is known by
+/// the generation in its correlation id: dropped, its slot reposted, and counted in
 /// `message_statistics::replies_dropped`), a receive, or a send still waiting for a credit or a slot. A
 /// send already posted cannot be recalled; it completes when the device is done with it.
 ///
@@ -52,7 +54,9 @@
 /// with operations pending destroys their handlers without running them.
 ///
 /// @par Thread Safety
-/// Distinct objects: safe. Shared objects: unsafe; use an endpoint from its queue pair's executor.
+/// Distinct objects: safe. Shared objects: unsafe; use an endpoint from its queue pair's executor. The
+/// messages and requests it hands out may be released (or destroyed) on any thread: the repost is
+/// dispatched to the endpoint's executor (`inbound_message.hpp`).
 
 #include <coverbs/detail/token_check.hpp>
 #include <coverbs/detail/handler_executor.hpp>
@@ -76,16 +80,16 @@ namespace coverbs {
 
 class protection_domain;
 
-/// Sizes of an endpoint's slots. Give both sides the same `slot_size` (or the receiver a larger one): a message
-/// is refused unless it fits the sender's slots, and one longer than the receiver's slot fails its receive
-/// (`wc_errc::loc_len_err`; the queue pair goes to the error state, both endpoints fail).
+/// Sizes of an endpoint's slots. The two sides may differ: each header carries its sender's `slot_size`, and a
+/// message is refused before posting (`errc::message_too_large`) unless it fits both this side's slots and the
+/// peer's. Nothing is sent before the peer's first header (which also brings the first credits).
 struct message_options {
   std::size_t slot_size = 4096;    ///< payload bytes per message (the header's 24 bytes come on top)
   std::uint32_t recv_slots = 32;   ///< data receives kept posted: what the peer may send ahead (1..65535)
   std::uint32_t send_slots = 32;   ///< messages this side may have in flight at once (>= 1)
 };
 
-/// What an endpoint has done (cumulative).
+/// What an endpoint has done (cumulative), and the calls it has in flight now.
 struct message_statistics {
   std::uint64_t messages_sent = 0;         ///< data, requests and replies posted
   std::uint64_t messages_received = 0;     ///< data, requests and replies received
@@ -94,6 +98,9 @@ struct message_statistics {
   std::uint64_t credit_waits = 0;          ///< times an operation found no credit or send slot and waited
   std::uint64_t calls_abandoned = 0;       ///< calls cancelled after their request was sent
   std::uint64_t replies_dropped = 0;       ///< replies that arrived for abandoned calls
+  /// Not cumulative: calls sent and awaiting their reply now, the entries of the call table in use. An
+  /// abandoned call leaves it at once, whether or not its reply ever comes.
+  std::uint64_t calls_in_flight = 0;
 };
 
 /// A message endpoint on a connected RC queue pair. Move-only.
@@ -118,6 +125,9 @@ public:
 
   executor_type get_executor() const noexcept { return ex_; }
   std::size_t slot_size() const noexcept;
+  /// The peer's `message_options::slot_size`, from its headers; 0 until its first one arrived (until then
+  /// nothing is sent: there is no credit either).
+  std::size_t peer_slot_size() const noexcept;
   /// Empty while healthy; the error that failed the endpoint; `errc::endpoint_closed` once closed.
   error_code error() const noexcept;
   /// What the last refusal or failure was about, with the numbers (e.g. "a message of 5000 bytes does not
@@ -133,8 +143,8 @@ public:
   /// Sends `request` (a buffer sequence, gathered into one message) and completes with the peer's reply.
   /// Any number may be in flight; they complete in any order, each with its own reply.
   /// @par Completion Signature `void(error_code, inbound_message reply)`
-  /// @par Errors `errc::message_too_large` (before posting), `operation_aborted` (cancelled or closed), the
-  /// endpoint's error.
+  /// @par Errors `errc::message_too_large` (before posting: longer than this side's or the peer's slot size),
+  /// `operation_aborted` (cancelled or closed), the endpoint's error.
   template <class ConstBufferSequence,
             completion_token_or_handler<void(error_code, inbound_message)> Token = default_token>
     requires boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value
@@ -156,9 +166,13 @@ public:
                                      message_type::request, 0, boost::asio::const_buffer());
   }
 
-  /// Answers `request` with `reply` (the request itself may be released before or after).
+  /// Answers `request` with `reply` (the request itself may be released before or after). Each request takes
+  /// one reply.
   /// @par Completion Signature `void(error_code)`, once the reply's send has completed.
-  /// @par Errors `errc::message_too_large` (before posting), the endpoint's error.
+  /// @par Errors `errc::message_too_large` (before posting), `boost::system::errc::invalid_argument` (before
+  /// posting: the request holds no call — default-constructed or moved from — or was answered already; a reply
+  /// refused or cancelled before posting leaves it unanswered), `operation_aborted` (cancelled before
+  /// posting, or closed), the endpoint's error.
   template <class ConstBufferSequence, completion_token_or_handler<void(error_code)> Token = default_token>
     requires boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value
   auto async_reply(const inbound_request& request, const ConstBufferSequence& reply,

@@ -4,6 +4,7 @@
 
 #include <coverbs/protection_domain.hpp>
 
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/query.hpp>
@@ -109,6 +110,11 @@ void endpoint_impl::on_receive(std::uint32_t slot, error_code ec, std::size_t by
   message_header h;
   std::string why = decode_header({recv_slot(slot), bytes}, options_.slot_size, h);
   if (!why.empty()) return fail(make_error_code(errc::protocol_violation), "protocol violation: " + why);
+  if (peer_slot_size_ != 0 && h.slot_size != peer_slot_size_)
+    return fail(make_error_code(errc::protocol_violation),
+                "protocol violation: the peer's slot size changed from " + std::to_string(peer_slot_size_) +
+                    " to " + std::to_string(h.slot_size));
+  peer_slot_size_ = h.slot_size;
   const bool control = h.type == message_type::credit;
   why = ledger_.arrived(control);
   if (!why.empty()) return fail(make_error_code(errc::credit_overrun), "credit overrun: " + why);
@@ -128,23 +134,25 @@ void endpoint_impl::on_receive(std::uint32_t slot, error_code ec, std::size_t by
   if (h.type == message_type::reply) {
     const auto index = static_cast<std::uint32_t>(h.correlation_id);
     const auto generation = static_cast<std::uint32_t>(h.correlation_id >> 32);
-    if (index >= calls_.size() || calls_[index].generation != generation || calls_[index].st == call_entry::state::free)
+    call_entry* e = index < calls_.size() ? &calls_[index] : nullptr;
+    if (e && e->st == call_entry::state::awaiting && e->generation == generation) {
+      op = e->op;
+      e->op = nullptr;
+      e->st = call_entry::state::free;
+      free_calls_.push_back(index);
+      op->owner = nullptr;
+      op->call_index = no_call;
+    } else if (e && e->late > 0 && generation != 0 && e->generation - generation < 0x8000'0000u) {
+      --e->late;  // a reply to a cancelled call (this generation of the entry or an earlier one)
+      ++stats_.replies_dropped;
+      release(slot);
+    } else {
       return fail(make_error_code(errc::protocol_violation),
                   "protocol violation: a reply for correlation id " + std::to_string(h.correlation_id) +
                       ", which no call awaits");
-    call_entry& e = calls_[index];
-    op = e.op;
-    e.op = nullptr;
-    e.st = call_entry::state::free;
-    free_calls_.push_back(index);
-    if (op) {
-      op->owner = nullptr;
-      op->call_index = no_call;
-    } else {
-      ++stats_.replies_dropped;  // its call was abandoned
-      release(slot);
     }
   } else if (h.type == message_type::request) {
+    unanswered_.insert(h.correlation_id);
     if (!(op = take_waiter(message_op_kind::receive_request))) requests_.push_back(p);
   } else if (!(op = take_waiter(message_op_kind::receive_message))) {
     messages_.push_back(p);
@@ -173,6 +181,7 @@ void endpoint_impl::post_message(std::uint32_t slot, message_type type, std::uin
   h.type = type;
   h.length = op ? static_cast<std::uint32_t>(op->length) : 0;
   h.correlation_id = id;
+  h.slot_size = static_cast<std::uint32_t>(options_.slot_size);
   const credit_ledger::report r = ledger_.take_report();
   h.data_credits = r.data;
   h.control_credits = r.control;
@@ -200,8 +209,16 @@ std::uint32_t endpoint_impl::add_call(message_op* op) {
 }
 
 void endpoint_impl::pump() noexcept {
-  while (healthy() && !outbox_.empty() && !free_send_.empty() && ledger_.take_data()) {
-    message_op* op = outbox_.pop_front();
+  while (healthy() && !outbox_.empty()) {
+    message_op* op = outbox_.front();
+    // The peer's slot size comes with its first header, as do the first credits: nothing is posted before.
+    if (peer_slot_size_ != 0 && op->length > peer_slot_size_) {
+      outbox_.erase(op);
+      refuse_for_peer(op);
+      continue;
+    }
+    if (free_send_.empty() || !ledger_.take_data()) return;
+    outbox_.erase(op);
     const std::uint32_t slot = free_send_.back();
     free_send_.pop_back();
     ++stats_.messages_sent;
@@ -239,18 +256,22 @@ void endpoint_impl::start_op(message_op* op) noexcept {
   switch (op->kind) {
   case message_op_kind::call:
   case message_op_kind::send:
-    // Every call's id has a generation of at least 1: id 0 is a request never received (default-constructed),
-    // and sending it would fail the peer's endpoint (a reply no call awaits).
-    if (op->type == message_type::reply && op->correlation_id == 0) {
-      diagnostic_ = "async_reply: the inbound_request holds no call (default-constructed): answer the one "
-                    "async_receive_request completed with";
-      return op->complete(make_error_code(boost::system::errc::invalid_argument), {}, 0, false);
-    }
-    if (op->length > options_.slot_size) {
-      diagnostic_ = "a message of " + std::to_string(op->length) + " bytes does not fit the slot size " +
-                    std::to_string(options_.slot_size) + " (message_options::slot_size)";
-      return op->complete(make_error_code(errc::message_too_large), {}, 0, false);
-    }
+    if (op->type == message_type::reply && op->correlation_id == 0)
+      // Every call's id has a generation of at least 1: id 0 is a request never received (default-constructed)
+      // or one whose call moved to another inbound_request.
+      return refuse_op(op, make_error_code(boost::system::errc::invalid_argument),
+                       "async_reply: the inbound_request holds no call (default-constructed or moved from): answer "
+                       "the one async_receive_request completed with, or the request it was moved to");
+    if (op->length > options_.slot_size)
+      return refuse_op(op, make_error_code(errc::message_too_large),
+                       "a message of " + std::to_string(op->length) + " bytes does not fit the slot size " +
+                           std::to_string(options_.slot_size) + " (message_options::slot_size)");
+    // A second reply to one request would reach the peer as a reply no call awaits and fail its endpoint.
+    if (op->type == message_type::reply && unanswered_.erase(op->correlation_id) == 0)
+      return refuse_op(op, make_error_code(boost::system::errc::invalid_argument),
+                       "async_reply: the request with correlation id " + std::to_string(op->correlation_id) +
+                           " was answered already (each request takes one reply), or this endpoint never received it");
+    if (peer_slot_size_ != 0 && op->length > peer_slot_size_) return refuse_for_peer(op);
     op->owner = this;
     if (!outbox_.empty() || free_send_.empty() || ledger_.data_credits() == 0) ++stats_.credit_waits;
     outbox_.push_back(op);
@@ -273,13 +294,29 @@ void endpoint_impl::start_op(message_op* op) noexcept {
   }
 }
 
+void endpoint_impl::refuse_op(message_op* op, error_code ec, std::string why) noexcept {
+  diagnostic_ = std::move(why);
+  op->owner = nullptr;
+  op->complete(ec, {}, 0, false);
+}
+
+void endpoint_impl::refuse_for_peer(message_op* op) noexcept {
+  if (op->type == message_type::reply) unanswered_.insert(op->correlation_id);  // not sent: answer it again
+  refuse_op(op, make_error_code(errc::message_too_large),
+            "a message of " + std::to_string(op->length) + " bytes does not fit the peer's slot size " +
+                std::to_string(peer_slot_size_) + " (its message_options::slot_size; this side's is " +
+                std::to_string(options_.slot_size) + ")");
+}
+
 void endpoint_impl::cancel(message_op* op) noexcept {
   switch (op->kind) {
   case message_op_kind::call:
     if (op->call_index != no_call) {
       call_entry& e = calls_[op->call_index];
       e.op = nullptr;
-      e.st = call_entry::state::abandoned;  // its reply is dropped when it comes
+      e.st = call_entry::state::free;  // free now: its reply, if it comes, is told by its generation
+      ++e.late;
+      free_calls_.push_back(op->call_index);
       op->call_index = no_call;
       ++stats_.calls_abandoned;
     } else {
@@ -290,6 +327,7 @@ void endpoint_impl::cancel(message_op* op) noexcept {
     for (message_op* sent : in_flight_)
       if (sent == op) return;  // posted: it completes when the device is done with it
     outbox_.erase(op);
+    if (op->type == message_type::reply) unanswered_.insert(op->correlation_id);  // not sent: answer it again
     break;
   case message_op_kind::receive_request: request_waiters_.erase(op); break;
   case message_op_kind::receive_message: message_waiters_.erase(op); break;
@@ -313,14 +351,17 @@ void endpoint_impl::fail(error_code ec, std::string why) noexcept {
   std::vector<message_op*> pending;
   for (op_list* list : {&outbox_, &request_waiters_, &message_waiters_})
     while (message_op* op = list->pop_front()) pending.push_back(op);
-  for (call_entry& e : calls_) {
+  for (std::uint32_t i = 0; i < calls_.size(); ++i) {
+    call_entry& e = calls_[i];
+    if (e.st == call_entry::state::awaiting) free_calls_.push_back(i);
     if (e.op) pending.push_back(e.op);
-    e = call_entry{0, e.generation, call_entry::state::free};
+    e = call_entry{nullptr, e.generation, 0, call_entry::state::free};
   }
   for (message_op*& op : in_flight_)
     if (op) pending.push_back(std::exchange(op, nullptr));
   requests_.clear();
   messages_.clear();
+  unanswered_.clear();
   for (message_op* op : pending) {
     op->owner = nullptr;
     op->call_index = no_call;
@@ -359,6 +400,13 @@ void cancel_message_op(message_op* op) noexcept {
   if (op->owner) op->owner->cancel(op);
 }
 
-void release_slot(endpoint_impl& impl, std::uint32_t slot) noexcept { impl.release(slot); }
+void release_slot(std::shared_ptr<endpoint_impl> impl, std::uint32_t slot) noexcept {
+  // The context's shutdown is the one write of this flag: a message released after it has nowhere to go.
+  if (impl->context_gone()) return;
+  // Inline when this thread runs the endpoint's executor (the common case: no allocation), else queued there;
+  // the handler's reference keeps the state alive until it has run.
+  const message_endpoint::executor_type ex = impl->executor();
+  boost::asio::dispatch(ex, [impl = std::move(impl), slot] { impl->release(slot); });
+}
 
 }  // namespace coverbs::detail

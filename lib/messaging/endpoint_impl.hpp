@@ -13,6 +13,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace coverbs::detail {
@@ -44,6 +45,7 @@ public:
   void start();
   void start_op(message_op* op) noexcept;
   void cancel(message_op* op) noexcept;
+  /// Posts a receive slot again (on the endpoint's executor; messages call release_slot, from any thread).
   void release(std::uint32_t slot) noexcept;
   /// Fails the endpoint (or closes it: `operation_aborted`, then `errc::endpoint_closed` for later ones).
   void fail(error_code ec, std::string why) noexcept;
@@ -51,21 +53,30 @@ public:
 
   void on_context_shutdown() noexcept override;
 
+  const message_endpoint::executor_type& executor() const noexcept { return ex_; }
   std::size_t slot_size() const noexcept { return options_.slot_size; }
+  std::size_t peer_slot_size() const noexcept { return peer_slot_size_; }
   error_code error() const noexcept { return error_; }
   const std::string& diagnostic() const noexcept { return diagnostic_; }
-  const message_statistics& statistics() const noexcept { return stats_; }
+  message_statistics statistics() const noexcept {
+    message_statistics s = stats_;
+    s.calls_in_flight = calls_.size() - free_calls_.size();
+    return s;
+  }
   std::uint32_t credits() const noexcept { return ledger_.data_credits(); }
 
 private:
   struct free_deleter {
     void operator()(std::byte* p) const noexcept { std::free(p); }
   };
-  // A call sent and not answered yet; its id is (generation << 32) | index.
+  // A call sent and not answered yet; its id is (generation << 32) | index. A cancelled call frees its entry at
+  // once and counts in `late`: a reply that comes for an earlier generation of the entry, or for the current
+  // one once freed, is then a late reply to a cancelled call (dropped and counted), one per cancellation.
   struct call_entry {
     message_op* op = nullptr;
     std::uint32_t generation = 0;
-    enum class state : std::uint8_t { free, awaiting, abandoned } st = state::free;
+    std::uint32_t late = 0;
+    enum class state : std::uint8_t { free, awaiting } st = state::free;
   };
   // A message received with no operation waiting for it (no shared_ptr: the queue is the endpoint's own).
   struct parked {
@@ -88,6 +99,10 @@ private:
   void schedule_credit_check() noexcept;
   void credit_check() noexcept;
   message_op* take_waiter(message_op_kind kind) noexcept;
+  /// Completes `op` (which the endpoint does not hold) with `ec`, posted; `diagnostic()` says `why`.
+  void refuse_op(message_op* op, error_code ec, std::string why) noexcept;
+  /// Refuses `op`, too long for the peer's slots (errc::message_too_large).
+  void refuse_for_peer(message_op* op) noexcept;
   std::uint32_t add_call(message_op* op);
 
   queue_pair* qp_;
@@ -105,6 +120,10 @@ private:
   op_list outbox_;                       // sends, replies and calls waiting for a credit or a slot
   op_list request_waiters_, message_waiters_;
   std::deque<parked> requests_, messages_;
+  // The correlation ids of the requests received and not answered yet: a reply must take one (one reply per
+  // request; a second would reach the peer as a reply no call awaits and fail its endpoint).
+  std::unordered_set<std::uint64_t> unanswered_;
+  std::size_t peer_slot_size_ = 0;  // from the peer's headers; 0 until its first one (no credit before it)
   error_code error_;
   std::string diagnostic_;
   bool check_scheduled_ = false;

@@ -26,6 +26,8 @@ void message_endpoint::close() noexcept {
 
 std::size_t message_endpoint::slot_size() const noexcept { return impl_ ? impl_->slot_size() : 0; }
 
+std::size_t message_endpoint::peer_slot_size() const noexcept { return impl_ ? impl_->peer_slot_size() : 0; }
+
 error_code message_endpoint::error() const noexcept {
   return impl_ ? impl_->error() : make_error_code(errc::endpoint_closed);
 }

@@ -30,7 +30,7 @@ void encode_header(const message_header& h, std::span<std::byte, message_header:
   put<std::uint64_t>(p + 8, h.correlation_id);
   put<std::uint16_t>(p + 16, h.data_credits);
   put<std::uint16_t>(p + 18, h.control_credits);
-  put<std::uint32_t>(p + 20, 0);
+  put<std::uint32_t>(p + 20, h.slot_size);
 }
 
 std::string decode_header(std::span<const std::byte> received, std::size_t slot_size, message_header& out) {
@@ -45,7 +45,8 @@ std::string decode_header(std::span<const std::byte> received, std::size_t slot_
       return std::string{digits[magic >> 4], digits[magic & 15]};
     }() + " (expected 0xCB)";
   if (version != message_header::version)
-    return "protocol version " + std::to_string(version) + " (this side speaks version 1)";
+    return "protocol version " + std::to_string(version) + " (this side speaks version " +
+           std::to_string(message_header::version) + ")";
   const auto type = std::to_integer<unsigned>(p[2]);
   if (type < 1 || type > 4) return "unknown message type " + std::to_string(type) + " (1 data .. 4 credit)";
   message_header h;
@@ -55,7 +56,8 @@ std::string decode_header(std::span<const std::byte> received, std::size_t slot_
   h.correlation_id = get<std::uint64_t>(p + 8);
   h.data_credits = get<std::uint16_t>(p + 16);
   h.control_credits = get<std::uint16_t>(p + 18);
-  if (h.flags != 0 || get<std::uint32_t>(p + 20) != 0) return "reserved header bits are set";
+  h.slot_size = get<std::uint32_t>(p + 20);
+  if (h.flags != 0) return "reserved header bits are set (flags " + std::to_string(h.flags) + ")";
   if (h.length > slot_size)
     return "payload length " + std::to_string(h.length) + " is above the slot size " + std::to_string(slot_size);
   const std::size_t arrived = received.size() - message_header::size;
@@ -63,6 +65,7 @@ std::string decode_header(std::span<const std::byte> received, std::size_t slot_
     return "payload length " + std::to_string(h.length) + " differs from the " + std::to_string(arrived) +
            " bytes that arrived after the header";
   if (h.type == message_type::credit && h.length != 0) return "a credit message carries a payload";
+  if (h.slot_size == 0) return "the sender's slot size is 0 (a header names the slot size of its sender)";
   out = h;
   return {};
 }

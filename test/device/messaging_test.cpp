@@ -15,13 +15,20 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 namespace asio = boost::asio;
@@ -302,6 +309,74 @@ TEST_CASE("cancelling 1,000 calls mid-flight abandons only them; late replies ar
   REQUIRE(f.run_until([&] { return more == connections * 20; }));
 }
 
+TEST_CASE("cancelled calls whose replies never come free their entries at once; a late reply is dropped and "
+          "counted, also after a new call took its entry",
+          "[messaging][cancel]") {
+  fixture f;
+  endpoint_pair p(f.io, f.dev, f.pd);
+  constexpr int rounds = 5, calls = 50;
+  // The server takes every request, gives its slot back, and answers none yet.
+  std::vector<cv::inbound_request> held;
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    for (;;) {
+      auto [ec, req] = co_await p.server.async_receive_request(with_ec);
+      if (ec) co_return;
+      req.release();
+      held.push_back(std::move(req));
+    }
+  }, asio::detached);
+  int completed = 0, aborted = 0;
+  for (int r = 1; r <= rounds; ++r) {
+    std::vector<std::unique_ptr<asio::cancellation_signal>> signals;
+    for (int i = 0; i < calls; ++i) {
+      signals.push_back(std::make_unique<asio::cancellation_signal>());
+      p.client.async_call(asio::buffer("never answered", 14),
+                          asio::bind_cancellation_slot(signals.back()->slot(), [&](cv::error_code ec, cv::inbound_message) {
+                            ++completed;
+                            aborted += ec == asio::error::operation_aborted;
+                          }));
+    }
+    REQUIRE(f.run_until([&] { return held.size() == static_cast<std::size_t>(r * calls); }));
+    CHECK(p.client.statistics().calls_in_flight == calls);
+    for (auto& s : signals) s->emit(asio::cancellation_type::terminal);
+    CHECK(p.client.statistics().calls_in_flight == 0);  // at once, not when a reply comes
+    REQUIRE(f.run_until([&] { return completed == r * calls; }));
+  }
+  CHECK(aborted == rounds * calls);
+  CHECK(p.client.statistics().calls_abandoned == rounds * calls);
+  // A new call takes a freed entry; the late replies to the cancelled calls (entry reused or not) are dropped
+  // and counted, and none completes the new call.
+  std::optional<cv::error_code> next_ec;
+  std::string next_reply;
+  p.client.async_call(asio::buffer("next", 4), [&](cv::error_code ec, cv::inbound_message m) {
+    next_ec = ec;
+    next_reply = m.str();
+  });
+  REQUIRE(f.run_until([&] { return held.size() == rounds * calls + 1; }));
+  CHECK(p.client.statistics().calls_in_flight == 1);
+  cv::inbound_request next = std::move(held.back());
+  held.pop_back();
+  int answered = 0;
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    for (auto it = held.rbegin(); it != held.rend(); ++it) {
+      auto [ec] = co_await p.server.async_reply(*it, asio::buffer("late", 4), with_ec);
+      answered += !ec;
+    }
+  }, asio::detached);
+  REQUIRE(f.run_until([&] { return p.client.statistics().replies_dropped == rounds * calls; }));
+  CHECK(answered == rounds * calls);
+  CHECK_FALSE(next_ec);  // still waiting for its own reply
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    co_await p.server.async_reply(next, asio::buffer("yours", 5), with_ec);
+  }, asio::detached);
+  REQUIRE(f.run_until([&] { return next_ec.has_value(); }));
+  CHECK_FALSE(*next_ec);
+  CHECK(next_reply == "yours");
+  CHECK(p.client.statistics().calls_in_flight == 0);
+  CHECK_FALSE(p.client.error());
+  CHECK_FALSE(p.server.error());
+}
+
 namespace {
 
 /// A raw queue pair (no endpoint) facing an endpoint: it writes headers by hand.
@@ -325,6 +400,7 @@ struct hostile_peer {
     raw.async_send(cv::span_of(mr, at, n), [this](cv::error_code, std::size_t) { ++sent; });
   }
   void send_header(std::size_t at, cv::message_header h, std::size_t payload) {
+    h.slot_size = 1000;  // what its receives hold
     cv::encode_header(h, std::span<std::byte, 24>(buf.data() + at, 24));
     send_raw(at, 24 + payload);
   }
@@ -447,6 +523,50 @@ TEST_CASE("a message larger than a slot is refused before posting, naming both s
   CHECK_FALSE(p.a.error());
 }
 
+TEST_CASE("a message longer than the peer's smaller slots is refused before posting, naming both sizes; the "
+          "connection stays usable both ways",
+          "[messaging][refusal]") {
+  fixture f;
+  endpoint_pair p(f.io, f.dev, f.pd, endpoint_options(128, 1024), endpoint_options(128, 256));
+  const std::uint64_t rnr_before = rnr_total(f.dev);
+  // Started before either side heard from the other: it waits for the peer's slot size, then is refused.
+  const bytes big(300, std::byte{6});
+  std::optional<cv::error_code> early;
+  p.client.async_call(big, [&](cv::error_code ec, cv::inbound_message) { early = ec; });
+  CHECK(p.client.peer_slot_size() == 0);
+  REQUIRE(f.run_until([&] { return early.has_value(); }));
+  CHECK(*early == cv::errc::message_too_large);
+  CHECK(p.client.peer_slot_size() == 256);
+  CHECK(p.server.peer_slot_size() == 1024);
+  INFO(p.client.diagnostic());
+  CHECK(p.client.diagnostic().find("300") != std::string::npos);
+  CHECK(p.client.diagnostic().find("256") != std::string::npos);
+  CHECK(p.client.diagnostic().find("1024") != std::string::npos);
+  CHECK(p.client.statistics().messages_sent == 0);
+  asio::co_spawn(f.io, echo_server(p.server), asio::detached);
+  asio::co_spawn(f.io, echo_server(p.client), asio::detached);
+  f.run([&]() -> awaitable<void> {
+    // Once the size is known: refused at once, one-way messages too.
+    auto [ec] = co_await p.client.async_send_message(big, with_ec);
+    CHECK(ec == cv::errc::message_too_large);
+    // What fits the smaller slots goes both ways.
+    const bytes fits(256, std::byte{7});
+    auto [cec, reply] = co_await p.client.async_call(fits, with_ec);
+    CHECK_FALSE(cec);
+    CHECK(equal(reply.bytes(), transform(fits)));
+    auto [sec, back] = co_await p.server.async_call(fits, with_ec);
+    CHECK_FALSE(sec);
+    CHECK(equal(back.bytes(), transform(fits)));
+    auto [too_big] = co_await p.server.async_send_message(big, with_ec);  // above the server's own slots
+    CHECK(too_big == cv::errc::message_too_large);
+  });
+  CHECK_FALSE(p.client.error());
+  CHECK_FALSE(p.server.error());
+  CHECK_FALSE(p.a.error());
+  CHECK_FALSE(p.b.error());
+  CHECK(rnr_total(f.dev) == rnr_before);
+}
+
 TEST_CASE("receive slots are checked against the receive depth coverbs posts, not the one the device granted",
           "[messaging]") {
   fixture f;
@@ -492,6 +612,54 @@ TEST_CASE("a reply to a request never received is refused before posting; both e
     CHECK(reply.str() == text);
     CHECK_FALSE(p.client.error());
   });
+}
+
+TEST_CASE("a request gets one reply: a second one, or one through the request it was moved from, is refused "
+          "before posting; both endpoints stay usable",
+          "[messaging]") {
+  fixture f;
+  endpoint_pair p(f.io, f.dev, f.pd);
+  cv::error_code moved_from_ec, first_ec, second_ec;
+  std::string moved_from_why, second_why;
+  bool answered = false;
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    auto [ec, request] = co_await p.server.async_receive_request(with_ec);
+    REQUIRE_FALSE(ec);
+    cv::inbound_request kept = std::move(request);
+    CHECK(request.correlation_id() == 0);
+    CHECK(kept.correlation_id() != 0);
+    std::tie(moved_from_ec) = co_await p.server.async_reply(request, asio::buffer("moved from", 10), with_ec);
+    moved_from_why = p.server.diagnostic();
+    std::tie(first_ec) = co_await p.server.async_reply(kept, asio::buffer("first", 5), with_ec);
+    std::tie(second_ec) = co_await p.server.async_reply(kept, asio::buffer("second", 6), with_ec);
+    second_why = p.server.diagnostic();
+    answered = true;
+    co_await echo_server(p.server);
+  }, asio::detached);
+  const auto answer = f.run([&]() -> awaitable<std::string> {
+    auto [ec, reply] = co_await p.client.async_call(asio::buffer("question", 8), with_ec);
+    co_return ec ? ec.message() : std::string(reply.str());
+  });
+  CHECK(answer == "first");
+  REQUIRE(f.run_until([&] { return answered; }));
+  CHECK(moved_from_ec == boost::system::errc::invalid_argument);
+  INFO(moved_from_why);
+  CHECK(moved_from_why.find("moved from") != std::string::npos);
+  CHECK_FALSE(first_ec);
+  CHECK(second_ec == boost::system::errc::invalid_argument);
+  INFO(second_why);
+  CHECK(second_why.find("answered already") != std::string::npos);
+  // Nothing more reached the client: its next call gets its own reply, and both sides are healthy.
+  f.run_until([] { return false; }, std::chrono::seconds(1));
+  CHECK(p.client.statistics().messages_received == 1);
+  const bytes req(32, std::byte{3});
+  const auto reply = f.run([&]() -> awaitable<bytes> {
+    auto [ec, m] = co_await p.client.async_call(req, with_ec);
+    co_return ec ? bytes() : bytes(m.bytes().begin(), m.bytes().end());
+  });
+  CHECK(reply == transform(req));
+  CHECK_FALSE(p.client.error());
+  CHECK_FALSE(p.server.error());
 }
 
 TEST_CASE("one-way messages both ways, and one-sided traffic flows on standalone credit updates",
@@ -542,6 +710,84 @@ TEST_CASE("one-way messages both ways, and one-sided traffic flows on standalone
     }
   }, asio::detached);
   REQUIRE(f.run_until([&] { return back == 3 * static_cast<int>(slots); }));
+  CHECK(rnr_total(f.dev) == rnr_before);
+  CHECK_FALSE(p.client.error());
+  CHECK_FALSE(p.server.error());
+}
+
+TEST_CASE("messages released on another thread while the endpoint runs: their slots come back on the endpoint's "
+          "executor and the traffic flows",
+          "[messaging][one-way][threads]") {
+  fixture f;
+  constexpr std::uint32_t slots = 8;
+  constexpr int count = 2000;
+  endpoint_pair p(f.io, f.dev, f.pd, endpoint_options(slots), endpoint_options(slots));
+  const std::uint64_t rnr_before = rnr_total(f.dev);
+  // The loop receives; a worker thread reads each message and releases it (half by release(), half by
+  // destruction). With 8 slots the sender runs only on the credits those releases return.
+  std::mutex m;
+  std::condition_variable cv_ready;
+  std::deque<cv::inbound_message> handed;
+  bool stop = false;
+  std::atomic<int> released{0}, in_order{0};
+  std::thread worker([&] {
+    for (int i = 0;; ++i) {
+      cv::inbound_message msg;
+      {
+        std::unique_lock lock(m);
+        cv_ready.wait(lock, [&] { return stop || !handed.empty(); });
+        if (handed.empty()) return;
+        msg = std::move(handed.front());
+        handed.pop_front();
+      }
+      std::uint32_t v = 0;
+      std::memcpy(&v, msg.bytes().data(), sizeof v);
+      in_order += v == static_cast<std::uint32_t>(i);
+      if (i % 2) msg.release();  // else destroyed at the end of the iteration
+      ++released;
+    }
+  });
+  int received = 0, sent = 0;
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    for (int i = 0; i < count; ++i) {
+      auto [ec, msg] = co_await p.server.async_receive_message(with_ec);
+      if (ec) co_return;
+      ++received;
+      {
+        std::lock_guard lock(m);
+        handed.push_back(std::move(msg));
+      }
+      cv_ready.notify_one();
+    }
+  }, asio::detached);
+  asio::co_spawn(f.io, [&]() -> awaitable<void> {
+    for (int i = 0; i < count; ++i) {
+      const std::uint32_t v = static_cast<std::uint32_t>(i);
+      auto [ec] = co_await p.client.async_send_message(asio::buffer(&v, sizeof v), with_ec);
+      if (ec) co_return;
+      ++sent;
+    }
+  }, asio::detached);
+  const bool done = f.run_until([&] { return sent == count && received == count && released == count; },
+                                std::chrono::seconds(60));
+  {
+    std::lock_guard lock(m);
+    stop = true;
+  }
+  cv_ready.notify_one();
+  worker.join();
+  REQUIRE(done);
+  CHECK(in_order == count);
+  // Every slot came back: the server can hold 8 more messages at once.
+  std::vector<cv::inbound_message> held;
+  f.run([&]() -> awaitable<void> {
+    for (std::uint32_t i = 0; i < slots; ++i) {
+      co_await p.client.async_send_message(asio::buffer("again", 5), with_ec);
+      auto [ec, msg] = co_await p.server.async_receive_message(with_ec);
+      if (!ec) held.push_back(std::move(msg));
+    }
+  });
+  CHECK(held.size() == slots);
   CHECK(rnr_total(f.dev) == rnr_before);
   CHECK_FALSE(p.client.error());
   CHECK_FALSE(p.server.error());

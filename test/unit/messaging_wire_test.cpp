@@ -1,6 +1,7 @@
-// The message endpoint's wire header and credit accounting, without a device (message_header.hpp,
-// detail/credit_ledger.hpp).
+// The message endpoint's wire header and credit accounting, and what an inbound_request carries, without a
+// device (message_header.hpp, detail/credit_ledger.hpp, inbound_request.hpp).
 #include <coverbs/detail/credit_ledger.hpp>
+#include <coverbs/inbound_request.hpp>
 #include <coverbs/message_header.hpp>
 
 #include <catch2/catch.hpp>
@@ -28,9 +29,10 @@ TEST_CASE("a header survives encoding, byte for byte in the documented layout", 
   h.correlation_id = 0x0102030405060708;
   h.data_credits = 0x1234;
   h.control_credits = 2;
+  h.slot_size = 0x00010400;
   const auto m = message(h, 3);
   CHECK(m[0] == std::byte{0xCB});
-  CHECK(m[1] == std::byte{1});
+  CHECK(m[1] == std::byte{2});
   CHECK(m[2] == std::byte{3});
   CHECK(m[4] == std::byte{3});
   CHECK(m[8] == std::byte{0x08});   // little-endian
@@ -38,6 +40,10 @@ TEST_CASE("a header survives encoding, byte for byte in the documented layout", 
   CHECK(m[16] == std::byte{0x34});
   CHECK(m[17] == std::byte{0x12});
   CHECK(m[18] == std::byte{2});
+  CHECK(m[20] == std::byte{0x00});  // the sender's slot size, little-endian
+  CHECK(m[21] == std::byte{0x04});
+  CHECK(m[22] == std::byte{0x01});
+  CHECK(m[23] == std::byte{0x00});
   cv::message_header d;
   REQUIRE(cv::decode_header(m, 4096, d).empty());
   CHECK(d.type == h.type);
@@ -45,11 +51,13 @@ TEST_CASE("a header survives encoding, byte for byte in the documented layout", 
   CHECK(d.correlation_id == h.correlation_id);
   CHECK(d.data_credits == 0x1234);
   CHECK(d.control_credits == 2);
+  CHECK(d.slot_size == 0x00010400);
 }
 
 TEST_CASE("decoding refuses every malformed header and says what was wrong", "[messaging][header]") {
   cv::message_header h;
   h.length = 10;
+  h.slot_size = 4096;
   cv::message_header out;
   SECTION("short") {
     const std::vector<std::byte> m(10);
@@ -62,8 +70,8 @@ TEST_CASE("decoding refuses every malformed header and says what was wrong", "[m
   }
   SECTION("version") {
     auto m = message(h, 10);
-    m[1] = std::byte{2};
-    CHECK(cv::decode_header(m, 4096, out).find("version 2") != std::string::npos);
+    m[1] = std::byte{1};  // version 1 had no slot size
+    CHECK(cv::decode_header(m, 4096, out) == "protocol version 1 (this side speaks version 2)");
   }
   SECTION("type") {
     auto m = message(h, 10);
@@ -72,8 +80,12 @@ TEST_CASE("decoding refuses every malformed header and says what was wrong", "[m
   }
   SECTION("reserved") {
     auto m = message(h, 10);
-    m[22] = std::byte{1};
+    m[3] = std::byte{1};
     CHECK(cv::decode_header(m, 4096, out).find("reserved") != std::string::npos);
+  }
+  SECTION("no slot size") {
+    h.slot_size = 0;
+    CHECK(cv::decode_header(message(h, 10), 4096, out).find("slot size is 0") != std::string::npos);
   }
   SECTION("above the slot") {
     h.length = 5000;
@@ -150,4 +162,15 @@ TEST_CASE("credits: control credits come back in headers, and never more than ex
   // Data credits: no endpoint has more than 65535 receive slots, so more returned in all is a lie.
   REQUIRE(a.returned(0xFFFF, 0).empty());
   CHECK(a.returned(1, 0).find("at most 65535") != std::string::npos);
+}
+
+TEST_CASE("a request's correlation id moves with it: the moved-from request holds no call", "[messaging][request]") {
+  cv::inbound_request a(cv::inbound_message(), 0x0000'0001'0000'0005);
+  cv::inbound_request b(std::move(a));
+  CHECK(b.correlation_id() == 0x0000'0001'0000'0005);
+  CHECK(a.correlation_id() == 0);  // async_reply refuses it (invalid_argument) before posting
+  cv::inbound_request c;
+  c = std::move(b);
+  CHECK(c.correlation_id() == 0x0000'0001'0000'0005);
+  CHECK(b.correlation_id() == 0);
 }
