@@ -5,7 +5,7 @@
 // is a raw-verbs loop (ibv_post_send, then ibv_poll_cq until the completion) over the same device.
 //
 //   bench_overhead [--size BYTES] [--ops N] [--batches N] [--mode events|spin]
-//                  [--op write|sendrecv|datagram|bind|rebind] [--way WAY] [--json]
+//                  [--op write|sendrecv|datagram|call|bind|rebind] [--way WAY] [--json]
 //
 // --op runs one op's ways alone (every op by default), --way one way alone (every way of the op by default;
 // a way the op lacks is refused with exit status 2), e.g. to count its instructions with callgrind: a way
@@ -36,13 +36,15 @@
 // (a receive is always posted before the send it takes); batch16 is 16 receive + send pairs in flight, and
 // raw_batch16 16 receives in one ibv_post_recv, then 16 sends in one ibv_post_send, the last signaled.
 // Ways per op: write all of them; sendrecv raw, callback, use_awaitable, deferred, raw_batch16, batch16;
-// datagram raw, callback, use_awaitable, deferred;
+// datagram raw, callback, use_awaitable, deferred; call (bench/overhead_call.hpp: a message_endpoint call of
+// --size bytes and its reply of --size bytes; raw: two receive + send pairs) raw, callback, use_awaitable, deferred;
 // bind raw, callback, use_awaitable, deferred; rebind raw, callback, deferred.
 // Targets: write use_awaitable <= raw + 150 ns, callback <= raw + 60 ns, batch16 <= raw_batch16 + 25 ns
 // (target_* in the JSON).
 #include <coverbs/coverbs.hpp>
 
 #include "fixtures/soft_pair.hpp"
+#include "overhead_call.hpp"
 #include "overhead_datagram.hpp"
 #include <coverbs_support/json_output.hpp>
 #include "cli.hpp"
@@ -82,7 +84,7 @@ struct config {
 };
 
 constexpr const char* usage_text = "[--size BYTES] [--ops N] [--batches N] [--mode events|spin] "
-                                   "[--op write|sendrecv|datagram|bind|rebind] [--way WAY] [--json]";
+                                   "[--op write|sendrecv|datagram|call|bind|rebind] [--way WAY] [--json]";
 
 /// The ways each op runs, in the order they run (see the header).
 struct op_ways {
@@ -93,6 +95,7 @@ const std::vector<op_ways> ways_of_ops = {
     {"write", {"raw", "callback", "use_awaitable", "deferred", "as_tuple", "raw_batch16", "batch16"}},
     {"sendrecv", {"raw", "callback", "use_awaitable", "deferred", "raw_batch16", "batch16"}},
     {"datagram", {"raw", "callback", "use_awaitable", "deferred"}},
+    {"call", {"raw", "callback", "use_awaitable", "deferred"}},
     {"bind", {"raw", "callback", "use_awaitable", "deferred"}},
     {"rebind", {"raw", "callback", "deferred"}}};
 
@@ -106,7 +109,7 @@ config parse(int argc, char** argv) {
   app.add_option("--ops", c.ops)->transform(command_line::count(16, 1'000'000));
   app.add_option("--batches", c.batches)->transform(command_line::count(10, 100'000));
   app.add_option("--mode", c.mode)->check(command_line::one_of({"events", "spin"}));
-  app.add_option("--op", c.op)->check(command_line::one_of({"write", "sendrecv", "datagram", "bind", "rebind"}));
+  app.add_option("--op", c.op)->check(command_line::one_of({"write", "sendrecv", "datagram", "call", "bind", "rebind"}));
   app.add_option("--way", c.way)
       ->check(
           command_line::one_of({"raw", "callback", "use_awaitable", "deferred", "as_tuple", "raw_batch16", "batch16"}));
@@ -136,6 +139,7 @@ void check(const cv::error_code& ec, const char* what) {
 }  // namespace
 
 void bench_overhead::datagram_failed(const char* what, const char* why) { fail(what, why); }
+void bench_overhead::call_failed(const char* what, const std::string& why) { fail(what, why); }
 
 namespace {
 
@@ -566,6 +570,16 @@ int main(int argc, char** argv) {
         bench_overhead::await_datagrams(io, dg, size, ops, asio::use_awaitable);
       });
       add("datagram", "deferred", [&](int ops) { bench_overhead::await_datagrams(io, dg, size, ops, asio::deferred); });
+    }
+    // Calls: the slot holds --size bytes (at least 64). On a pair of their own: the endpoints keep receives posted
+    // on their queue pairs until those are destroyed, and the ops after them run their loops to the end.
+    if (c.op.empty() || c.op == "call") {
+      soft_verbs::soft_pair call_pair(io, 64, size, cq_options);
+      bench_overhead::call_rig calls(call_pair, size);
+      add("call", "raw", [&](int ops) { raw.sendrecv(2 * ops); });
+      add("call", "callback", [&](int ops) { bench_overhead::callback_calls(io, calls, ops); });
+      add("call", "use_awaitable", [&](int ops) { bench_overhead::await_calls(io, calls, ops, asio::use_awaitable); });
+      add("call", "deferred", [&](int ops) { bench_overhead::await_calls(io, calls, ops, asio::deferred); });
     }
     if (c.op.empty() || c.op == "bind") {
       window_setup u(rig.pd);

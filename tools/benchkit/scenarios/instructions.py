@@ -21,6 +21,7 @@ BENCH = "bench_overhead"  # the program it runs (tools/bench builds it)
 OPS = (("write", "RDMA write, 8 B"),
        ("sendrecv", "receive + send, 8 B"),
        ("datagram", "datagram receive + send_to (UD), 8 B"),
+       ("call", "message_endpoint call + reply, 8 B each (raw: two receive + send pairs)"),
        ("bind", "bind_mw of an unbound type-2 window, then invalidate"))
 WAYS = (("raw", "raw verbs (post, poll)"),
         ("callback", "plain completion handler, one in flight"),

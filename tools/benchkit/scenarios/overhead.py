@@ -28,6 +28,8 @@ def section(d):
     size = size_name(d.get("size", 8))
     measured = False
     for op, label in (("write", f"RDMA write, {size}"), ("sendrecv", f"receive + send, {size}"),
+                      ("datagram", f"datagram receive + send_to (UD), {size}"),
+                      ("call", f"message_endpoint call + reply, {size} each (raw: two receive + send pairs)"),
                       ("bind", "bind_mw of an unbound type-2 window, then invalidate (BIND_MW, LOCAL_INV)"),
                       ("rebind", "rebind_mw of a bound type-2 window (LOCAL_INV + BIND_MW)")):
         if f"{op}_raw_ns_median" not in d:
