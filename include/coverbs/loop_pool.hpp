@@ -161,6 +161,9 @@ public:
     std::optional<completion_queue> cq_;
     std::thread thread_;
     std::atomic<std::thread::id> thread_id_{};
+    /// From `run()` until the member's `io_context::run()` returned on its thread: while set, only that thread
+    /// reads the member's objects (describe_outstanding_work asks it there).
+    std::atomic<bool> running_{false};
     std::shared_ptr<std::atomic<std::size_t>> load_ = std::make_shared<std::atomic<std::size_t>>(0);
     /// Per-member user state by type, made and used on the member's thread; destroyed by the pool's destructor.
     std::vector<std::pair<std::type_index, std::shared_ptr<void>>> states_;

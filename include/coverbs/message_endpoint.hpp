@@ -23,7 +23,8 @@
 ///
 /// @par Errors
 /// A message longer than `slot_size`, or than the peer's slot size (every header carries its sender's), is
-/// refused before posting (`errc::message_too_large`, `diagnostic()` names both sizes); the endpoint stays
+/// refused before posting (`errc::message_too_large`, `diagnostic()` names the length and the slot size it
+/// exceeds, both sides' when it is the peer's); the endpoint stays
 /// usable. Every incoming header is checked
 /// (`decode_header`): a violation fails the endpoint with `errc::protocol_violation`, a message beyond the
 /// credits granted with `errc::credit_overrun`, a failed work completion with its `wc_errc` — every pending
@@ -82,7 +83,8 @@ class protection_domain;
 
 /// Sizes of an endpoint's slots. The two sides may differ: each header carries its sender's `slot_size`, and a
 /// message is refused before posting (`errc::message_too_large`) unless it fits both this side's slots and the
-/// peer's. Nothing is sent before the peer's first header (which also brings the first credits).
+/// peer's. No data, request or reply is sent before the peer's first header (which also brings the first credits);
+/// each side's own first credit message goes out at once.
 struct message_options {
   std::size_t slot_size = 4096;    ///< payload bytes per message (the header's 24 bytes come on top)
   std::uint32_t recv_slots = 32;   ///< data receives kept posted: what the peer may send ahead (1..65535)

@@ -3,6 +3,8 @@
 /// "What keeps run() busy?": every coverbs object of an execution context that holds outstanding work now,
 /// and what it waits for — the answer to an `io_context::run()` that does not return, or a shutdown that hangs.
 
+#include <coverbs/config.hpp>  // the Asio configuration libcoverbs was built with (checked at compile and link time)
+
 #include <boost/asio/execution_context.hpp>
 
 #include <cstddef>
@@ -15,7 +17,7 @@ namespace coverbs {
 /// a wait of its own) keep `io_context::run()` from returning.
 struct work_holder {
   /// The object's type, as the API names it: `completion_queue`, `queue_pair`, `datagram_queue_pair`,
-  /// `shared_receive_queue`, `listener`, `connection`, `device_events`, `datagram_listener`, and
+  /// `shared_receive_queue`, `listener`, `connection`, `device_events`, `message_endpoint`, `datagram_listener`, and
   /// `datagram_resolve` (an rdma_cm UDP id resolving a datagram peer, or a multicast membership).
   std::string kind;
   /// Which one, e.g. `qp 0x11 on rxe0` or `cq 0x55d0c2a0 on rxe0`.
@@ -38,7 +40,7 @@ struct work_holder {
 /// `loop_pool::describe_outstanding_work()`, which asks each member on its own thread.
 std::vector<work_holder> outstanding_work(boost::asio::execution_context& ctx);
 
-/// `outstanding_work(ctx)` as text, one object per line (`queue_pair qp 0x11 on rxe0: 1 operation — 1
+/// `outstanding_work(ctx)` as text, one object per line (`queue_pair qp 0x11 on rxe0: 1 operation - 1
 /// receive posted`), or a line saying coverbs holds none. Same thread rule.
 std::string describe_outstanding_work(boost::asio::execution_context& ctx);
 

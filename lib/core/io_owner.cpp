@@ -21,7 +21,7 @@ private:
     while (!set_->owners.empty()) {
       io_owner* o = *set_->owners.begin();
       set_->owners.erase(set_->owners.begin());
-      o->gone_ = true;
+      o->gone_.store(true, std::memory_order_release);
       o->on_context_shutdown();
     }
   }
@@ -35,7 +35,7 @@ void io_owner::enroll(boost::asio::execution_context& ctx) {
   auto set = boost::asio::use_service<io_owner_registry>(ctx).set();
   std::lock_guard lock(set->mutex);
   if (set->shut_down) {
-    gone_ = true;
+    gone_.store(true, std::memory_order_release);
     return;
   }
   set->owners.insert(this);

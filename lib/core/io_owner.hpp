@@ -15,6 +15,7 @@
 
 #include <boost/asio/execution_context.hpp>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -43,7 +44,8 @@ public:
   virtual void on_context_shutdown() noexcept = 0;
 
   /// True once the context shut down: no new waits may be started.
-  bool context_gone() const noexcept { return gone_; }
+  /// Atomic: a message may be released from another thread while the context shuts down (inbound_message.hpp).
+  bool context_gone() const noexcept { return gone_.load(std::memory_order_acquire); }
 
   /// Adds to `out` what this object holds outstanding now (nothing when idle): outstanding_work.hpp. Called
   /// on a thread that runs the context, or while none does.
@@ -62,7 +64,7 @@ protected:
 private:
   friend class io_owner_registry;
   std::shared_ptr<io_owner_set> set_;
-  bool gone_ = false;
+  std::atomic<bool> gone_{false};
 };
 
 /// Every object enrolled with `ctx`'s registry, asked `describe_work` in turn (none when no object ever

@@ -1,5 +1,6 @@
 #include "messaging/endpoint_impl.hpp"
 
+#include "core/work_phrase.hpp"
 #include "dataplane/qp_impl.hpp"
 
 #include <coverbs/protection_domain.hpp>
@@ -9,6 +10,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/query.hpp>
 
+#include <cstdio>
 #include <cstring>
 
 namespace coverbs::detail {
@@ -40,6 +42,29 @@ void op_list::erase(message_op* op) noexcept {
   (op->prev ? op->prev->next : head_) = op->next;
   (op->next ? op->next->prev : tail_) = op->prev;
   op->prev = op->next = nullptr;
+}
+
+std::size_t op_list::size() const noexcept {
+  std::size_t n = 0;
+  for (const message_op* op = head_; op; op = op->next)
+    ++n;
+  return n;
+}
+
+void endpoint_impl::describe_work(std::vector<work_holder>& out) const {
+  work_phrase p;
+  p.add(calls_.size() - free_calls_.size(), "call awaiting its reply", "calls awaiting their replies");
+  p.add(outbox_.size(), "send waiting for a credit or a send slot", "sends waiting for a credit or a send slot");
+  p.add(request_waiters_.size(), "async_receive_request waiting for a request",
+        "async_receive_request calls waiting for requests");
+  p.add(message_waiters_.size(), "async_receive_message waiting for a message",
+        "async_receive_message calls waiting for messages");
+  p.add(unanswered_.size(), "request received and not answered", "requests received and not answered");
+  if (p.empty()) return;
+  char name[64];
+  const ibv_qp* q = qp_ ? qp_->native_handle() : nullptr;
+  std::snprintf(name, sizeof name, "endpoint on qp 0x%x", q ? q->qp_num : 0u);
+  out.push_back({"message_endpoint", name, p.count(), p.text() + (error_ ? " (failed: " + diagnostic_ + ")" : "")});
 }
 
 endpoint_impl::endpoint_impl(protection_domain& pd, queue_pair& qp, const message_options& options)
@@ -152,7 +177,18 @@ void endpoint_impl::on_receive(std::uint32_t slot, error_code ec, std::size_t by
                       ", which no call awaits");
     }
   } else if (h.type == message_type::request) {
-    unanswered_.insert(h.correlation_id);
+    if (h.correlation_id == 0)
+      return fail(make_error_code(errc::protocol_violation),
+                  "protocol violation: a request with correlation id 0 (every call's id is non-zero)");
+    if (unanswered_.size() >= max_unanswered)
+      return fail(make_error_code(errc::protocol_violation),
+                  "protocol violation: " + std::to_string(max_unanswered) +
+                      " requests received and not answered (a peer that keeps calling without replies, or a server "
+                      "that drops requests without async_reply): answer or drop each request with async_reply");
+    if (!unanswered_.insert(h.correlation_id).second)
+      return fail(make_error_code(errc::protocol_violation),
+                  "protocol violation: a second request with correlation id " + std::to_string(h.correlation_id) +
+                      " while the first is not answered");
     if (!(op = take_waiter(message_op_kind::receive_request))) requests_.push_back(p);
   } else if (!(op = take_waiter(message_op_kind::receive_message))) {
     messages_.push_back(p);
@@ -202,7 +238,7 @@ std::uint32_t endpoint_impl::add_call(message_op* op) {
     calls_.emplace_back();
   }
   call_entry& e = calls_[index];
-  ++e.generation;
+  if (++e.generation == 0) e.generation = 1;  // id 0 is no call's: a generation of 0 is skipped when it wraps
   e.op = op;
   e.st = call_entry::state::awaiting;
   return index;

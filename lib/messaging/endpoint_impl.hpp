@@ -13,7 +13,7 @@
 #include <deque>
 #include <memory>
 #include <string>
-#include <unordered_set>
+#include <set>
 #include <vector>
 
 namespace coverbs::detail {
@@ -25,6 +25,8 @@ public:
   message_op* front() const noexcept { return head_; }
   void push_back(message_op* op) noexcept;
   void erase(message_op* op) noexcept;
+  /// How many operations it holds (walks the list: for outstanding_work, off the data path).
+  std::size_t size() const noexcept;
   message_op* pop_front() noexcept {
     message_op* op = head_;
     if (op) erase(op);
@@ -52,6 +54,9 @@ public:
   void close() noexcept;
 
   void on_context_shutdown() noexcept override;
+  /// Calls awaiting replies, operations waiting for a credit or a slot, receive operations waiting for a message,
+  /// requests received and not answered (outstanding_work.hpp).
+  void describe_work(std::vector<work_holder>& out) const override;
 
   const message_endpoint::executor_type& executor() const noexcept { return ex_; }
   std::size_t slot_size() const noexcept { return options_.slot_size; }
@@ -121,8 +126,13 @@ private:
   op_list request_waiters_, message_waiters_;
   std::deque<parked> requests_, messages_;
   // The correlation ids of the requests received and not answered yet: a reply must take one (one reply per
-  // request; a second would reach the peer as a reply no call awaits and fail its endpoint).
-  std::unordered_set<std::uint64_t> unanswered_;
+  // request; a second would reach the peer as a reply no call awaits and fail its endpoint). Ordered (the ids
+  // are the peer's: a hash of them could be flooded) and bounded by max_unanswered.
+  std::set<std::uint64_t> unanswered_;
+  /// More requests than this received and not answered ends the endpoint (protocol_violation): the peer's ids are
+  /// unique per call in flight, and no server defers this many answers on one connection; a bound keeps a peer
+  /// (or a server that drops requests unanswered) from growing the set without end.
+  static constexpr std::size_t max_unanswered = 65536;
   std::size_t peer_slot_size_ = 0;  // from the peer's headers; 0 until its first one (no credit before it)
   error_code error_;
   std::string diagnostic_;

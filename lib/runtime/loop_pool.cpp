@@ -106,9 +106,11 @@ void loop_pool::run() {
   for (auto& m : members_) {
     if (m->thread_.joinable()) continue;
     m->io_->restart();
+    m->running_.store(true, std::memory_order_release);
     m->thread_ = std::thread([mp = m.get()] {
       mp->thread_id_.store(std::this_thread::get_id(), std::memory_order_release);
       mp->io_->run();
+      mp->running_.store(false, std::memory_order_release);
     });
     // Known to the caller as soon as run() returns, not only once the thread got going.
     m->thread_id_.store(m->thread_.get_id(), std::memory_order_release);
@@ -128,23 +130,24 @@ void loop_pool::join() noexcept {
 }
 
 std::string loop_pool::describe_outstanding_work(std::chrono::milliseconds patience) {
-  std::string out;
-  for (auto& m : members_) {
+  for (auto& m : members_)
     if (m->thread_id() == std::this_thread::get_id())
       throw std::logic_error("loop_pool::describe_outstanding_work called on member " + std::to_string(m->index_) +
                              "'s own thread: it would wait for itself; call coverbs::describe_outstanding_work("
                              "member.context()) there");
+  std::string out;
+  for (auto& m : members_) {
     out += "member " + std::to_string(m->index_) + ":\n";
     std::string text;
-    if (!m->thread_.joinable() || m->io_->stopped()) {
-      text = coverbs::describe_outstanding_work(*m->io_);  // not running: nothing else reads it now
+    if (!m->running_.load(std::memory_order_acquire)) {
+      text = coverbs::describe_outstanding_work(*m->io_);  // its io_context::run() returned: nothing else reads it
     } else {
       // Shared with the posted function: it may answer after this call gave up waiting.
       auto answer = std::make_shared<std::promise<std::string>>();
       std::future<std::string> f = answer->get_future();
       boost::asio::post(*m->io_, [answer, io = m->io_.get()] { answer->set_value(coverbs::describe_outstanding_work(*io)); });
       if (f.wait_for(patience) == std::future_status::ready)
-        text = f.get();
+        text = f.get() + "the pool's work guard keeps its io_context::run() from returning until loop_pool::stop()\n";
       else
         text = "did not answer within " + std::to_string(patience.count()) +
                " ms: its thread is busy in a handler (or the loop stopped); a handler that never returns keeps "

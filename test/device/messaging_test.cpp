@@ -475,6 +475,14 @@ TEST_CASE("a hostile peer fails only its own endpoint, with a named error, and e
     expected = cv::errc::protocol_violation;
     names = "no call awaits";
   }
+  SECTION("a request with correlation id 0") {
+    cv::message_header d;
+    d.type = cv::message_type::request;
+    d.correlation_id = 0;
+    h.send_header(1100, d, 0);
+    expected = cv::errc::protocol_violation;
+    names = "correlation id 0";
+  }
   REQUIRE(f.run_until([&] { return call_ec && recv_ec; }));
   CHECK(*call_ec == expected);
   CHECK(*recv_ec == expected);
@@ -494,6 +502,33 @@ TEST_CASE("a hostile peer fails only its own endpoint, with a named error, and e
   CHECK(*later == expected);
   CHECK_FALSE(healthy.client.error());
   CHECK(h.qp.error() == cv::error_code{});  // the queue pair itself was not touched
+}
+
+TEST_CASE("a peer that sends a second request under an id not answered yet fails only its endpoint",
+          "[messaging][hostile]") {
+  fixture f;
+  hostile_peer h(f, 4);
+  cv::message_header grant;
+  grant.type = cv::message_type::credit;
+  grant.data_credits = 4;
+  h.send_header(0, grant, 0);
+  std::optional<cv::error_code> first;
+  h.ep.async_receive_request([&](cv::error_code ec, cv::inbound_request) { first = ec; });
+  // The endpoint's first credit message grants the peer its 4 data credits; a request before it is an overrun.
+  REQUIRE(f.run_until([&] { return h.sent == 1 && h.ep.statistics().credit_updates_sent >= 1; }));
+  for (int i = 0; i < 2; ++i) {  // the same id twice: a call table hands out each id once while it is in flight
+    cv::message_header d;
+    d.type = cv::message_type::request;
+    d.correlation_id = (std::uint64_t{1} << 32) | 7;
+    d.length = 4;
+    h.send_header(1100 * (1 + i), d, 4);
+  }
+  REQUIRE(f.run_until([&] { return first && h.ep.error(); }));
+  CHECK_FALSE(*first);  // the first request arrived as one
+  CHECK(h.ep.error() == cv::errc::protocol_violation);
+  INFO(h.ep.diagnostic());
+  CHECK(h.ep.diagnostic().find("a second request with correlation id 4294967303") != std::string::npos);
+  CHECK(h.qp.error() == cv::error_code{});
 }
 
 TEST_CASE("a message larger than a slot is refused before posting, naming both sizes; the endpoint stays usable",

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <future>
+#include <optional>
 #include <string>
 
 namespace cv = coverbs;
@@ -79,6 +80,42 @@ TEST_CASE("posted receives and sends are listed by queue pair, with the completi
   CHECK(cv::outstanding_work(io).empty());
 }
 
+TEST_CASE("message endpoints: a call awaiting its reply, a request not answered", "[outstanding_work]") {
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 64, 64);
+  cv::message_options o;
+  o.slot_size = 64;
+  o.recv_slots = o.send_slots = 8;
+  cv::message_endpoint client(rig.pd, rig.a, o), server(rig.pd, rig.b, o);
+  std::optional<cv::error_code> call_ec;
+  client.async_call(asio::buffer("question", 8), [&](cv::error_code ec, cv::inbound_message) { call_ec = ec; });
+  std::optional<cv::inbound_request> request;
+  server.async_receive_request([&](cv::error_code ec, cv::inbound_request r) {
+    REQUIRE_FALSE(ec);
+    request = std::move(r);
+  });
+  for (int i = 0; i < 1000 && !request; ++i)
+    io.run_one();
+  REQUIRE(request);
+  const auto work = cv::outstanding_work(io);
+  INFO(cv::describe(work));
+  std::vector<std::string> endpoints;
+  for (const cv::work_holder& h : work)
+    if (h.kind == "message_endpoint") endpoints.push_back(h.name + ": " + h.what);
+  REQUIRE(endpoints.size() == 2);
+  const std::string a = "endpoint on " + qp_name(rig.a) + ": 1 call awaiting its reply";
+  const std::string b = "endpoint on " + qp_name(rig.b) + ": 1 request received and not answered";
+  CHECK(std::count(endpoints.begin(), endpoints.end(), a) == 1);
+  CHECK(std::count(endpoints.begin(), endpoints.end(), b) == 1);
+  server.async_reply(*request, asio::buffer("answer", 6), [](cv::error_code) {});
+  for (int i = 0; i < 1000 && !call_ec; ++i)
+    io.run_one();
+  REQUIRE(call_ec);
+  CHECK_FALSE(*call_ec);
+  for (const cv::work_holder& h : cv::outstanding_work(io))
+    CHECK(h.kind != "message_endpoint");
+}
+
 TEST_CASE("a loop pool: each member answers on its own thread; a stuck one is named", "[outstanding_work][threads]") {
   cv::loop_pool pool(cv::loop_pool_options{.loops = 2});
   CHECK(pool.describe_outstanding_work() ==
@@ -94,7 +131,8 @@ TEST_CASE("a loop pool: each member answers on its own thread; a stuck one is na
   });
   entered.get_future().wait();
   const std::string text = pool.describe_outstanding_work(std::chrono::milliseconds(100));
-  CHECK(text.find("member 0:\n  coverbs holds no outstanding work") != std::string::npos);
+  CHECK(text.find("member 0:\n  coverbs holds no outstanding work on this context\n  the pool's work guard keeps "
+                  "its io_context::run() from returning until loop_pool::stop()\n") != std::string::npos);
   CHECK(text.find("member 1:\n  did not answer within 100 ms") != std::string::npos);
   // From a member's own thread it would wait for itself: refused.
   std::promise<std::string> from_member;
@@ -107,6 +145,10 @@ TEST_CASE("a loop pool: each member answers on its own thread; a stuck one is na
     }
   });
   CHECK(from_member.get_future().get().find("member 0's own thread") != std::string::npos);
+  // Stopped while its thread is still in the handler: still not read from here (its thread may touch it).
+  pool.stop();
+  const std::string stopped = pool.describe_outstanding_work(std::chrono::milliseconds(100));
+  CHECK(stopped.find("member 1:\n  did not answer within 100 ms") != std::string::npos);
   release.set_value();
   pool.stop();
   pool.join();
