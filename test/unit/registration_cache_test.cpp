@@ -391,11 +391,19 @@ TEST_CASE_METHOD(fixture, "a process forked while the monitor reads events has a
     held.push_back(acquire(*cache, regions.back()->span()));
   }
   std::atomic<bool> stop{false};
+  std::atomic<int> noise_rounds{0};
   std::thread noise([&] { // keeps the monitor thread reading events
-    while (!stop.load(std::memory_order_relaxed))
+    while (!stop.load(std::memory_order_relaxed)) {
       for (std::size_t i = 1; i <= noisy; ++i)
         ::madvise(regions[i]->p, page, MADV_DONTNEED);
+      noise_rounds.fetch_add(1, std::memory_order_release);
+    }
   });
+  // Fork only once the noise thread runs its loop: a thread still starting up may hold the allocator's lock
+  // (AddressSanitizer's, before LLVM 18, does not take it across fork), and a child that then starts a thread
+  // of its own would wait for that lock forever.
+  while (noise_rounds.load(std::memory_order_acquire) == 0)
+    std::this_thread::yield();
   // In the child, plain system calls only (no Catch2): the exit status says what went wrong.
   enum child_exit : int { ok = 0, wrong_status = 10, invalid = 11, missed = 12, fresh_cache_unmonitored = 13 };
   const auto run_child = [&]() -> int {
