@@ -14,6 +14,7 @@
 #include "common/run.hpp"
 #include "datagram_rpc/lru.hpp"
 #include "datagram_rpc/protocol.hpp"
+#include "datagram_rpc/sender_cache.hpp"
 
 #include <coverbs_support/json_output.hpp>
 
@@ -40,24 +41,28 @@ namespace proto = datagram_rpc;
 using asio::awaitable;
 using example::clock;
 using example::tuple;
+using proto::sender_cache;
 
 constexpr const char* usage_text =
     "datagram_rpc: requests and replies over unreliable datagrams, one queue pair serving every client, with\n"
     "timeouts and retransmission (a coverbs example).\n"
     "\n"
-    "  datagram_rpc --self-test [--clients K] [--requests N] [--drop-percent P] [--address ADDR] [--json]\n"
+    "  datagram_rpc --self-test [--clients K] [--requests N] [--drop-percent P] [--replies-kept M] [--address ADDR]\n"
+    "              [--json]\n"
     "      the server and K clients (default 4) in one process and one io_context, on ADDR (default 10.77.0.1,\n"
     "      the Soft-RoCE guest's rxe0); with P, the server drops P% of the requests and P% of its replies on\n"
     "      purpose (seeded), so the clients must retransmit. Exit status 0 only if every request completed\n"
-    "      with a verified reply.\n"
-    "  datagram_rpc --listen ADDR PORT [--expect N] [--drop-percent P]\n"
+    "      with a verified reply and the server counted each request answered once.\n"
+    "  datagram_rpc --listen ADDR PORT [--expect N] [--drop-percent P] [--replies-kept M]\n"
     "      serve on ADDR:PORT (a numeric address of an RDMA device); with N, end once N distinct requests were\n"
     "      answered and no request came for 5 s (retransmissions of lost replies are still answered until\n"
-    "      then); else serve until SIGINT or SIGTERM.\n"
+    "      then), or fail when fewer were answered and none came for 60 s; else serve until SIGINT or SIGTERM.\n"
     "  datagram_rpc --connect ADDR PORT [--requests N] [--timeout-ms T] [--retries R] [--json]\n"
     "      send N requests (default 200), 4 at a time, of 0 .. 512 bytes; a request without a reply within T ms\n"
     "      (default 200) is sent again, waiting twice as long each time (8 T at most), R times at most\n"
     "      (default 8).\n"
+    "--replies-kept M: the server keeps its replies to each sender's M newest requests (default 64) to answer\n"
+    "a retransmission from them; an older one is answered anew (the work is idempotent).\n"
     "--json prints each client's counters as one JSON line: requests, completed, failed, retransmissions,\n"
     "timeouts, late_replies, rtt_p50_us.\n"
     "Run it where verbs work; without an RDMA device, in the Soft-RoCE guest, from the project folder:\n"
@@ -95,16 +100,15 @@ struct dropper {
 
 // --- server ---
 
-
 struct server_counters {
   std::uint64_t requests = 0, answered = 0, duplicates = 0, malformed = 0, dropped_requests = 0, dropped_replies = 0;
 };
 
 class server {
 public:
-  server(cv::protection_domain& pd, cv::completion_queue& cq, std::uint64_t drop_percent)
-      : pd_(pd), qp_(std::in_place, pd, cq, queue_options()), slots_(pd, server_slots, qp_->max_datagram_size()),
-        drops_{drop_percent} {}
+  server(cv::protection_domain& pd, cv::completion_queue& cq, std::uint64_t drop_percent, std::size_t replies_kept)
+      : pd_(pd), qp_(std::in_place, pd, cq, queue_options()),
+        slots_(pd, server_slots, qp_->max_datagram_size()), drops_{drop_percent}, replies_kept_(replies_kept) {}
 
   cv::datagram_queue_pair& qp() { return *qp_; }
   const server_counters& counters() const { return counters_; }
@@ -167,25 +171,19 @@ private:
     sender_cache& cache = replies_.touch(std::tuple(from.source_gid.raw, from.qp_num, h.client));
     std::span<std::byte> out = slots_.send_area(i);
     std::size_t bytes = 0;
-    if (auto hit = cache.replies.find(h.seq); hit != cache.replies.end()) {
+    if (const std::vector<std::byte>* hit = cache.find(h.seq)) {
       ++counters_.duplicates;  // our reply was lost (or is late): the same answer again
-      std::copy_n(hit->second.begin(), hit->second.size(), out.begin());
-      bytes = hit->second.size();
+      std::copy_n(hit->begin(), hit->size(), out.begin());
+      bytes = hit->size();
     } else {
       std::array<std::byte, proto::max_payload> payload;
       const auto in = slots_.received(i, proto::header_size + h.length).subspan(proto::header_size);
       std::transform(in.begin(), in.end(), payload.begin(), proto::answer_byte);
       bytes = proto::write(out, proto::reply_magic, h.client, h.seq, std::span(payload).first(h.length));
-      if (h.seq >= cache.forgotten_below) {
-        ++counters_.answered;  // a request not seen before
-        cache.replies.emplace(h.seq, std::vector<std::byte>(out.begin(), out.begin() + bytes));
-        if (cache.replies.size() > replies_kept) {  // forget the oldest
-          cache.forgotten_below = cache.replies.begin()->first + 1;
-          cache.replies.erase(cache.replies.begin());
-        }
-      } else {
+      if (cache.record(h.seq, out.first(bytes), replies_kept_))
+        ++counters_.answered;  // a request not answered before
+      else
         ++counters_.duplicates;  // older than the cache: this example's work is idempotent, so done again
-      }
     }
     if (drops_.drop()) {
       ++counters_.dropped_replies;
@@ -197,7 +195,8 @@ private:
     cv::registered_span reply = slots_.send(i, bytes);
     auto [ec, n] = co_await qp_->async_send_to(to, reply, tuple);
     (void)n;
-    if (ec && ec != cv::wc_errc::wr_flush_err) std::fprintf(stderr, "datagram_rpc server: reply: %s\n", ec.message().c_str());
+    if (ec && ec != cv::wc_errc::wr_flush_err)
+      std::fprintf(stderr, "datagram_rpc server: reply: %s\n", ec.message().c_str());
   }
 
   /// The address handle that reaches `from`, made once per sender GID; the least recently used is forgotten
@@ -208,23 +207,19 @@ private:
     return entry;
   }
 
-  /// The replies to one client's recent requests, by sequence number (its window's worth and more).
-  struct sender_cache {
-    std::map<std::uint64_t, std::vector<std::byte>> replies;
-    std::uint64_t forgotten_below = 0;  ///< requests below were answered and forgotten
-  };
-  static constexpr std::size_t replies_kept = 64;    // replies per sender
   static constexpr std::size_t senders_kept = 1024;  // senders (and sender GIDs) remembered
   cv::protection_domain& pd_;
   std::optional<cv::datagram_queue_pair> qp_;
   slots slots_;
   dropper drops_;
+  std::size_t replies_kept_;  // replies kept per sender
   server_counters counters_;
   clock::time_point last_request_ = clock::now();
   bool closing_ = false;
   cv::error_code failure_;
   proto::lru<std::array<std::uint8_t, 16>, std::shared_ptr<cv::address_handle>> handles_{senders_kept};
-  proto::lru<std::tuple<std::array<std::uint8_t, 16>, std::uint32_t, std::uint32_t>, sender_cache> replies_{senders_kept};
+  proto::lru<std::tuple<std::array<std::uint8_t, 16>, std::uint32_t, std::uint32_t>, sender_cache> replies_{
+      senders_kept};
 };
 
 // --- client ---
@@ -249,8 +244,7 @@ class client {
 public:
   client(cv::protection_domain& pd, cv::completion_queue& cq, client_config config, std::uint32_t id)
       : pd_(pd), qp_(std::in_place, pd, cq, queue_options()), slots_(pd, client_slots, qp_->max_datagram_size()),
-        config_(std::move(config)),
-        id_(id) {}
+        config_(std::move(config)), id_(id) {}
 
   client_counters counters;
   bool finished() const noexcept { return !qp_; }
@@ -273,9 +267,11 @@ public:
       asio::steady_timer pause(ex, std::chrono::milliseconds(500));
       co_await pause.async_wait(asio::use_awaitable);
     }
-    for (std::size_t i = 0; i < client_slots; ++i) tasks.spawn(ex, receive_slot(i), "datagram_rpc client receive");
+    for (std::size_t i = 0; i < client_slots; ++i)
+      tasks.spawn(ex, receive_slot(i), "datagram_rpc client receive");
     requesters_ = client_window;
-    for (std::size_t w = 0; w < client_window; ++w) tasks.spawn(ex, requester(w), "datagram_rpc client");
+    for (std::size_t w = 0; w < client_window; ++w)
+      tasks.spawn(ex, requester(w), "datagram_rpc client");
   }
 
   /// Runs once the client is done (every request completed or given up) and its queue pair closed.
@@ -352,8 +348,10 @@ private:
       const std::uint64_t seq = next_seq_++;
       ++counters.requests;
       const std::size_t length = proto::request_length(seq);
-      for (std::size_t j = 0; j < length; ++j) payload[j] = proto::request_byte(id_, seq, j);
-      const std::size_t bytes = proto::write(slots_.send_area(w), proto::request_magic, id_, seq, std::span(payload).first(length));
+      for (std::size_t j = 0; j < length; ++j)
+        payload[j] = proto::request_byte(id_, seq, j);
+      const std::size_t bytes =
+          proto::write(slots_.send_area(w), proto::request_magic, id_, seq, std::span(payload).first(length));
       pending p{&timer};
       waiting_[seq] = &p;
       const auto start = clock::now();
@@ -423,40 +421,65 @@ void print(const server_counters& s) {
               static_cast<unsigned long long>(s.dropped_requests), static_cast<unsigned long long>(s.dropped_replies));
 }
 
-/// Ends the server once `expect` distinct requests were answered and none came for `quiet`.
-awaitable<void> close_when_done(server& s, std::uint64_t expect, std::chrono::seconds quiet) {
+/// Ends the server once `expect` distinct requests were answered and none came for `quiet`; or, short of
+/// `expect`, once none came for `give_up` (a client failed or gave up: the server says so and fails).
+awaitable<void> close_when_done(server& s, std::uint64_t expect, std::chrono::seconds quiet,
+                                std::chrono::seconds give_up, bool& short_of_expected) {
   asio::steady_timer t(co_await asio::this_coro::executor);
-  while (s.distinct_answered() < expect || clock::now() - s.last_request() < quiet) {
+  for (;;) {
+    const auto idle = clock::now() - s.last_request();
+    if (s.distinct_answered() >= expect && idle >= quiet) break;
+    if (idle >= give_up) {
+      short_of_expected = true;
+      std::fprintf(stderr,
+                   "datagram_rpc server: %llu of the %llu requests expected were answered, and none came for %lld s\n",
+                   static_cast<unsigned long long>(s.distinct_answered()), static_cast<unsigned long long>(expect),
+                   static_cast<long long>(give_up.count()));
+      break;
+    }
     t.expires_after(std::chrono::milliseconds(200));
     co_await t.async_wait(asio::use_awaitable);
   }
   s.close();
 }
 
-int run(const example::command_line& cmd, std::uint64_t clients, std::uint64_t requests, std::uint64_t drop_percent,
-        std::uint64_t expect, std::uint64_t timeout_ms, std::uint64_t retries, bool json) {
+/// What the command line chose (see usage_text).
+struct settings {
+  std::uint64_t clients = 4, requests = 200, drop_percent = 0, expect = 0, replies_kept = 64, timeout_ms = 200,
+                retries = 8;
+  bool json = false;
+};
+
+int run(const example::command_line& cmd, const settings& o) {
+  const std::uint64_t clients = cmd.mode == example::role::connect ? 1 : o.clients, requests = o.requests;
   asio::io_context io(1);
   cv::device dev = cv::device::open();
   cv::protection_domain pd(dev);
   cv::completion_queue cq(io, dev, {.depth = 4096});
   example::task_group tasks;
   std::optional<server> srv;
+  bool short_of_expected = false;
   std::optional<cv::datagram_listener> listener;
   std::vector<std::unique_ptr<client>> cls;
   std::random_device seed;
   if (cmd.serving()) {
-    srv.emplace(pd, cq, drop_percent);
+    srv.emplace(pd, cq, o.drop_percent, o.replies_kept);
     listener.emplace(io, srv->qp(), cmd.address, cmd.port);
-    for (std::size_t i = 0; i < server_slots; ++i) tasks.spawn(io, srv->serve_slot(i), "datagram_rpc server");
+    for (std::size_t i = 0; i < server_slots; ++i)
+      tasks.spawn(io, srv->serve_slot(i), "datagram_rpc server");
     std::printf("datagram_rpc: serving on %s port %u with queue pair %u (Q_Key 0x%x), %zu receives posted\n",
                 cmd.address.c_str(), listener->local_port(), srv->qp().qp_num(), srv->qp().qkey(), server_slots);
     std::fflush(stdout);
-    if (expect && !cmd.self_test()) tasks.spawn(io, close_when_done(*srv, expect, std::chrono::seconds(5)), "close");
+    if (o.expect && !cmd.self_test())
+      tasks.spawn(io,
+                  close_when_done(*srv, o.expect, std::chrono::seconds(5), std::chrono::seconds(60), short_of_expected),
+                  "close");
   }
   if (cmd.connecting()) {
     const std::string port = std::to_string(cmd.self_test() ? listener->local_port() : cmd.port);
     for (std::uint64_t c = 0; c < clients; ++c) {
-      cls.push_back(std::make_unique<client>(pd, cq, client_config{cmd.address, port, requests, timeout_ms, retries},
+      cls.push_back(std::make_unique<client>(pd, cq,
+                                             client_config{cmd.address, port, requests, o.timeout_ms, o.retries},
                                              static_cast<std::uint32_t>(seed())));
       tasks.spawn(io, cls.back()->run(tasks), "datagram_rpc client");
     }
@@ -469,13 +492,22 @@ int run(const example::command_line& cmd, std::uint64_t clients, std::uint64_t r
   }
   const example::run_result result = example::run_tasks(io, tasks, cmd, std::chrono::seconds(120));
   bool ok = tasks.failed == 0;
+  std::uint64_t completed = 0;
   for (std::size_t c = 0; c < cls.size(); ++c) {
-    print("client " + std::to_string(c), cls[c]->counters, json);
+    print("client " + std::to_string(c), cls[c]->counters, o.json);
     ok = ok && cls[c]->counters.completed == requests && cls[c]->counters.failed == 0;
+    completed += cls[c]->counters.completed;
   }
   if (srv) {
     print(srv->counters());
-    if (srv->failure()) ok = false;
+    if (srv->failure() || short_of_expected) ok = false;
+    // In one process every completed request was answered, and counted once however often it was sent.
+    if (cmd.self_test() && srv->distinct_answered() != completed) {
+      std::fprintf(
+          stderr, "datagram_rpc: the server counted %llu distinct requests answered; the clients completed %llu\n",
+          static_cast<unsigned long long>(srv->distinct_answered()), static_cast<unsigned long long>(completed));
+      ok = false;
+    }
   }
   return example::verdict("datagram_rpc", ok, result);
 }
@@ -483,20 +515,16 @@ int run(const example::command_line& cmd, std::uint64_t clients, std::uint64_t r
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::uint64_t clients = 4, requests = 200, drop_percent = 0, expect = 0, timeout_ms = 200, retries = 8;
-  bool json = false;
+  settings o;
   using example::in_connect, example::in_listen, example::in_self_test;
-  return example::run_main(
-      argc, argv, "datagram_rpc", usage_text,
-      {{"--clients", &clients, 1, 64, in_self_test},
-       {"--requests", &requests, 1, 1000000, in_self_test | in_connect},
-       {"--drop-percent", &drop_percent, 0, 90, in_self_test | in_listen},
-       {"--expect", &expect, 0, 100000000, in_listen},
-       {"--timeout-ms", &timeout_ms, 1, 60000, in_self_test | in_connect},
-       {"--retries", &retries, 0, 30, in_self_test | in_connect}},
-      {{"--json", &json, in_self_test | in_connect}},
-      [&](const example::command_line& cmd) {
-        return run(cmd, cmd.mode == example::role::connect ? 1 : clients, requests, drop_percent, expect, timeout_ms,
-                   retries, json);
-      });
+  return example::run_main(argc, argv, "datagram_rpc", usage_text,
+                           {{"--clients", &o.clients, 1, 64, in_self_test},
+                            {"--requests", &o.requests, 1, 1000000, in_self_test | in_connect},
+                            {"--drop-percent", &o.drop_percent, 0, 90, in_self_test | in_listen},
+                            {"--expect", &o.expect, 0, 100000000, in_listen},
+                            {"--replies-kept", &o.replies_kept, 1, 4096, in_self_test | in_listen},
+                            {"--timeout-ms", &o.timeout_ms, 1, 60000, in_self_test | in_connect},
+                            {"--retries", &o.retries, 0, 30, in_self_test | in_connect}},
+                           {{"--json", &o.json, in_self_test | in_connect}},
+                           [&](const example::command_line& cmd) { return run(cmd, o); });
 }
