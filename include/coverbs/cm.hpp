@@ -6,6 +6,10 @@
 ///   queue pair transitions, disconnects, thread safety of the layer)
 /// - coverbs/listener.hpp: `listener`, `listener::async_accept`, `listener_options`, `listener_stats`
 /// - coverbs/connect.hpp: `async_connect`, `connect_options`
+/// - coverbs/session.hpp: `session` (a connection with its message endpoint, made before it was established),
+///   `async_connect_session`, `session_options`
+/// - coverbs/session_server.hpp: `async_serve` (one coroutine per session, on a listener or a loop pool),
+///   `server_options`, `session_report`
 /// - coverbs/datagram_resolve.hpp: `async_resolve_datagram_peer`, `datagram_peer`, `datagram_resolve_options`
 ///   (the active side for datagram queue pairs)
 /// - coverbs/datagram_listener.hpp: `datagram_listener`, `datagram_listener_options`, `datagram_listener_stats`
@@ -20,3 +24,5 @@
 #include <coverbs/datagram_resolve.hpp>
 #include <coverbs/listener.hpp>
 #include <coverbs/multicast.hpp>
+#include <coverbs/session.hpp>
+#include <coverbs/session_server.hpp>

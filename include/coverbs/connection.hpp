@@ -92,6 +92,9 @@ public:
   /// The private data the peer sent with its request (passive side) or its reply (active side). The
   /// transport may pad it (IB CM rounds up to its field size), so lengths are at least what was sent.
   std::span<const std::byte> peer_private_data() const noexcept;
+  /// What `connection_options::prepare` returned (made before the peer could send); null without one, or on an
+  /// empty connection. Destroying the connection drops its reference before the queue pair.
+  const std::shared_ptr<void>& prepared() const noexcept;
   /// Empty while connected; `errc::connection_reset` once the peer disconnected, `errc::disconnected`
   /// after a local disconnect, `errc::device_removed` when the device went away.
   error_code error() const noexcept;

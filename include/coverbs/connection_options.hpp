@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -60,6 +61,17 @@ struct connection_options {
   /// the peer's option never governs this side's sends. The value is still sent to the peer, so a peer that
   /// leaves its queue pair to rdma_cm (plain librdmacm) retries its sends to us that often.
   std::uint8_t rnr_retry_count = 7;
+  /// Runs on the connection's executor once its queue pair exists (in INIT, receives may be posted), before the
+  /// connection request (rdma_connect, active side) or the reply (rdma_accept, passive side) goes out: what it
+  /// posts is there before the peer can send, so the peer's first message never meets receiver-not-ready.
+  /// The connection holds what it returns (e.g. a `message_endpoint` made with `message_endpoint::hold_sends`),
+  /// gives it out through `connection::prepared()`, and destroys its reference first when it closes (before the
+  /// queue pair and the protection domain). A throw fails the connect or accept with the exception's error (a
+  /// listener keeps listening). A listener may handshake several requests for one accept (see
+  /// `listener::async_accept`): each gets its own call, and those not accepted are closed. Passive side, on the
+  /// user's completion queue: the queue pair reserves its entries there at once (receives may complete before
+  /// the requester finished the handshake). Empty: nothing.
+  std::function<std::shared_ptr<void>(queue_pair& qp, protection_domain& pd)> prepare;
 };
 
 /// What `loop_pool::member::connection_options()` fills when called without an options type.

@@ -290,6 +290,15 @@ enum class errc : int {
   credit_overrun,
   /// An operation on a `message_endpoint` that was closed (or moved from). Nothing was posted.
   endpoint_closed,
+
+  // --- sessions (session.hpp, session_server.hpp) ---
+  /// A session's coroutine ended with an exception that carries no error code (not a `system_error`): what
+  /// `session_report::reason` says then; `session_report::diagnostic` holds its `what()`.
+  session_handler_threw,
+  /// A `session` was made from a connection that holds no message endpoint made before it was established
+  /// (`connection::prepared()`): connect or accept it with `session_options` (`async_connect_session`,
+  /// `async_serve`). Equivalent to `boost::system::errc::invalid_argument`.
+  not_a_session_connection,
 };
 
 /// The category of `wc_errc` values; name "coverbs.wc".

@@ -19,7 +19,10 @@
 /// the same way, so an update never waits for the data it unblocks. The first credit message (sent when the
 /// loop runs after construction) grants the peer `recv_slots`. An operation with no credit or no free send
 /// slot waits, in FIFO order; it never fails for it. Create both endpoints before either side's loop runs
-/// (or before the peer sends): the peer's first message must find this side's receives posted.
+/// (or before the peer sends): the peer's first message must find this side's receives posted. On an rdma_cm
+/// connection that means before it is established: `connection_options::prepare` makes the endpoint with
+/// `hold_sends` (receives posted while the queue pair is in INIT, before the request or reply goes out), and
+/// `start_sending()` once established sends the first credit message (`session.hpp` does both).
 ///
 /// @par Errors
 /// A message longer than `slot_size`, or than the peer's slot size (every header carries its sender's), is
@@ -118,6 +121,16 @@ public:
   /// max_recv_wr: the text names both), `errc::receive_queue_is_shared` (the queue pair uses a shared receive
   /// queue), or what `memory_region` throws.
   message_endpoint(protection_domain& pd, queue_pair& qp, const message_options& options = {});
+  /// Tag of the constructor that posts the receives and sends nothing until `start_sending()`.
+  struct hold_sends_t {
+    explicit hold_sends_t() = default;
+  };
+  static constexpr hold_sends_t hold_sends{};
+  /// As above, but nothing is posted on the send queue — not even the first credit message — until
+  /// `start_sending()`: for a queue pair not yet able to send (INIT or RTR, e.g. inside
+  /// `connection_options::prepare`), whose peer may already send to it once connected. Operations started
+  /// meanwhile wait.
+  message_endpoint(protection_domain& pd, queue_pair& qp, const message_options& options, hold_sends_t);
   message_endpoint(message_endpoint&&) noexcept;
   message_endpoint& operator=(message_endpoint&&) noexcept;
   message_endpoint(const message_endpoint&) = delete;
@@ -138,6 +151,9 @@ public:
   message_statistics statistics() const noexcept;
   /// Data credits this side holds (messages it may send before the peer reports more).
   std::uint32_t credits() const noexcept;
+  /// Ends the hold of a `hold_sends` endpoint (its queue pair must be in RTS, the connection established): the
+  /// first credit message and the operations waiting go out. Otherwise nothing.
+  void start_sending() noexcept;
   /// Completes every pending operation with `operation_aborted`; later ones fail with
   /// `errc::endpoint_closed`. Received messages stay valid; their slots are not posted again.
   void close() noexcept;

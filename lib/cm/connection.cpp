@@ -37,6 +37,10 @@ device& connection::get_device() const noexcept { return impl_->device_; }
 std::span<const std::byte> connection::peer_private_data() const noexcept {
   return impl_ ? std::span<const std::byte>(impl_->peer_private_data_) : std::span<const std::byte>{};
 }
+const std::shared_ptr<void>& connection::prepared() const noexcept {
+  static const std::shared_ptr<void> none;
+  return impl_ ? impl_->prepared_ : none;
+}
 error_code connection::error() const noexcept { return impl_ ? impl_->error_ : errno_code(ENOTCONN); }
 rdma_cm_id* connection::native_handle() const noexcept { return impl_ ? impl_->id_ : nullptr; }
 std::string connection::local_endpoint() const {

@@ -178,7 +178,7 @@ void connection_impl::setup_qp() {
   qo.port = id_->port_num;
   const std::size_t reserved_before = impl_of(*cq_)->reserved_;
   qp_.emplace(*pd_, *cq_, qo);
-  if (passive_ && options_.cq) {
+  if (passive_ && options_.cq && !options_.prepare) {  // prepared receives may complete before it is established
     deferred_entries_ = impl_of(*cq_)->reserved_ - reserved_before;
     impl_of(*cq_)->unreserve(deferred_entries_);
   }
@@ -188,6 +188,7 @@ void connection_impl::setup_qp() {
   check_cm(rdma_init_qp_attr(id_, &attr, &mask), "rdma_init_qp_attr(INIT)");
   attr.qp_access_flags = static_cast<unsigned>(to_verbs(options_.qp.remote_access));
   qp_->modify(attr, mask | IBV_QP_ACCESS_FLAGS);
+  if (options_.prepare) prepared_ = options_.prepare(*qp_, *pd_);
 }
 
 void connection_impl::to_rtr_rts(int responder_resources, int initiator_depth) {
@@ -287,6 +288,7 @@ void connection_impl::close() noexcept {
   if (channel_) channel_->release_fd();
   if (qp_ && deferred_entries_) impl_of(*cq_)->reserved_ += deferred_entries_;  // the queue pair gives them back
   deferred_entries_ = 0;
+  prepared_.reset();  // e.g. a message endpoint: closed while its queue pair and domain live
   qp_.reset();
   own_cq_.reset();
   own_pd_.reset();

@@ -62,6 +62,7 @@ public:
   completion_queue* cq_ = nullptr;
   std::optional<queue_pair> qp_;
   std::vector<std::byte> peer_private_data_;
+  std::shared_ptr<void> prepared_;  // what connection_options::prepare returned; released first by close()
   error_code error_;
   phase phase_ = phase::idle;
   std::shared_ptr<setup_op> op_;                    // connect / handshake in progress
@@ -95,7 +96,8 @@ public:
   void on_event(const cm_event& e);
   /// An error event: fails a pending connect/accept, else takes an established connection down.
   void fail_or_drop(errc why);
-  /// Protection domain, completion queue and queue pair on the cm_id's device; the queue pair in INIT.
+  /// Protection domain, completion queue and queue pair on the cm_id's device; the queue pair in INIT, then
+  /// `connection_options::prepare`.
   void setup_qp();
   /// RTR and RTS with rdma_cm's attributes; `responder_resources` / `initiator_depth` >= 0 override them.
   void to_rtr_rts(int responder_resources, int initiator_depth);

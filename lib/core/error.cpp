@@ -104,6 +104,7 @@ boost::system::error_condition coverbs_category_impl::default_error_condition(in
   case errc::srq_transport_mismatch: return make_error_condition(sys::invalid_argument);
   case errc::message_too_large: return make_error_condition(sys::message_size);
   case errc::endpoint_closed: return make_error_condition(sys::not_connected);
+  case errc::not_a_session_connection: return make_error_condition(sys::invalid_argument);
   default: return {ev, *this};
   }
 }
@@ -330,6 +331,12 @@ std::string coverbs_category_impl::message(int ev) const {
   case errc::endpoint_closed:
     return "the message endpoint was closed (or moved from): nothing was posted; make a new endpoint on a "
            "connected queue pair";
+  case errc::session_handler_threw:
+    return "the session's coroutine ended with an exception that carries no error code (session_report::diagnostic "
+           "holds its what()): the session was closed; throw system_error to report a reason of your own";
+  case errc::not_a_session_connection:
+    return "the connection holds no message endpoint made before it was established (connection::prepared()): "
+           "connect with async_connect_session or accept with async_serve, whose session_options make one";
   }
   return "unknown coverbs error " + std::to_string(ev);
 }

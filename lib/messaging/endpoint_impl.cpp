@@ -67,9 +67,9 @@ void endpoint_impl::describe_work(std::vector<work_holder>& out) const {
   out.push_back({"message_endpoint", name, p.count(), p.text() + (error_ ? " (failed: " + diagnostic_ + ")" : "")});
 }
 
-endpoint_impl::endpoint_impl(protection_domain& pd, queue_pair& qp, const message_options& options)
+endpoint_impl::endpoint_impl(protection_domain& pd, queue_pair& qp, const message_options& options, bool hold)
     : qp_(&qp), ex_(qp.get_executor()), options_(options), stride_(message_header::size + options.slot_size),
-      recv_count_(options.recv_slots + credit_ledger::control_slots), ledger_(options.recv_slots) {
+      recv_count_(options.recv_slots + credit_ledger::control_slots), ledger_(options.recv_slots), holding_(hold) {
   const auto invalid = make_error_code(boost::system::errc::invalid_argument);
   if (options.slot_size == 0 || options.slot_size + message_header::size > qp.max_message_size())
     refuse(invalid, "message_options::slot_size = " + std::to_string(options.slot_size) +
@@ -245,7 +245,7 @@ std::uint32_t endpoint_impl::add_call(message_op* op) {
 }
 
 void endpoint_impl::pump() noexcept {
-  while (healthy() && !outbox_.empty()) {
+  while (healthy() && !holding_ && !outbox_.empty()) {
     message_op* op = outbox_.front();
     // The peer's slot size comes with its first header, as do the first credits: nothing is posted before.
     if (peer_slot_size_ != 0 && op->length > peer_slot_size_) {
@@ -269,7 +269,7 @@ void endpoint_impl::pump() noexcept {
 }
 
 void endpoint_impl::schedule_credit_check() noexcept {
-  if (check_scheduled_ || !healthy() || !ledger_.update_due(!outbox_.empty())) return;
+  if (check_scheduled_ || holding_ || !healthy() || !ledger_.update_due(!outbox_.empty())) return;
   check_scheduled_ = true;
   // Later, not now: a reply or message the application sends in this turn carries the credits for free.
   boost::asio::post(ex_, [self = shared_from_this()] {
@@ -285,6 +285,13 @@ void endpoint_impl::credit_check() noexcept {
   free_send_.pop_back();
   ++stats_.credit_updates_sent;
   post_message(slot, message_type::credit, 0, nullptr);
+}
+
+void endpoint_impl::start_sending() noexcept {
+  if (!holding_) return;
+  holding_ = false;
+  pump();
+  schedule_credit_check();
 }
 
 void endpoint_impl::start_op(message_op* op) noexcept {

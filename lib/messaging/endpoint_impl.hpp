@@ -40,12 +40,15 @@ private:
 
 class endpoint_impl final : public io_owner, public std::enable_shared_from_this<endpoint_impl> {
 public:
-  endpoint_impl(protection_domain& pd, queue_pair& qp, const message_options& options);
+  /// `hold`: post the receives, send nothing until start_sending().
+  endpoint_impl(protection_domain& pd, queue_pair& qp, const message_options& options, bool hold);
   ~endpoint_impl();
 
   /// Posts every receive and schedules the first credit message (after construction: needs shared_from_this).
   void start();
   void start_op(message_op* op) noexcept;
+  /// Ends the hold of the constructor: the first credit message and whatever waits go out.
+  void start_sending() noexcept;
   void cancel(message_op* op) noexcept;
   /// Posts a receive slot again (on the endpoint's executor; messages call release_slot, from any thread).
   void release(std::uint32_t slot) noexcept;
@@ -118,6 +121,7 @@ private:
   std::unique_ptr<std::byte, free_deleter> recv_mem_, send_mem_;
   memory_region recv_mr_, send_mr_;
   credit_ledger ledger_;
+  bool holding_;  // constructed with hold_sends and start_sending() not called yet: nothing is posted
   std::vector<std::uint32_t> free_send_;
   std::vector<message_op*> in_flight_;  // per send slot: the send or reply operation it carries
   std::vector<call_entry> calls_;

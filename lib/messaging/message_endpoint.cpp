@@ -3,8 +3,17 @@
 namespace coverbs {
 
 message_endpoint::message_endpoint(protection_domain& pd, queue_pair& qp, const message_options& options)
-    : impl_(std::make_shared<detail::endpoint_impl>(pd, qp, options)), ex_(qp.get_executor()) {
+    : impl_(std::make_shared<detail::endpoint_impl>(pd, qp, options, false)), ex_(qp.get_executor()) {
   impl_->start();
+}
+
+message_endpoint::message_endpoint(protection_domain& pd, queue_pair& qp, const message_options& options, hold_sends_t)
+    : impl_(std::make_shared<detail::endpoint_impl>(pd, qp, options, true)), ex_(qp.get_executor()) {
+  impl_->start();
+}
+
+void message_endpoint::start_sending() noexcept {
+  if (impl_) impl_->start_sending();
 }
 
 message_endpoint::message_endpoint(message_endpoint&& other) noexcept = default;

@@ -1,0 +1,81 @@
+#pragma once
+/// @file
+/// `async_serve`: accepts sessions on a `listener` — on the listener's loop, or spread over a `loop_pool` — and
+/// runs one coroutine per session; each ends on its own, closed in order, with a report of why.
+///
+/// ```cpp
+/// co_await coverbs::async_serve(l, [](coverbs::session& s) -> asio::awaitable<void> {
+///   for (;;) {
+///     auto request = co_await s.endpoint().async_receive_request(asio::use_awaitable);
+///     co_await s.endpoint().async_reply(request, request.bytes(), asio::use_awaitable);
+///   }
+/// }, options);
+/// ```
+///
+/// @par What ends a session, and what it reports
+/// The session's coroutine returning or throwing ends it. An operation of a session whose peer disconnected or
+/// broke the protocol fails (its endpoint failed), so a coroutine that awaits its endpoint ends then. The
+/// session is then closed in order (`session::async_close`: leases revoked, endpoint closed, disconnected) and
+/// `server_options::on_end` gets a `session_report`: `reason` is the connection's error (`errc::connection_reset`:
+/// the peer disconnected), else the endpoint's (`errc::protocol_violation` — a bad header, a length above the slot
+/// size —, `errc::credit_overrun`: more messages than credits, a `wc_errc`), else the error of what the coroutine
+/// threw (`errc::session_handler_threw` for an exception without one), else empty (it returned). A peer that
+/// breaks the protocol ends its own session only: the server and the other sessions go on.
+///
+/// @par Per-Operation Cancellation
+/// Terminal: `async_serve` stops accepting and completes with `operation_aborted`; sessions already running go
+/// on to their own end (each still reports).
+
+#include <coverbs/detail/token_check.hpp>
+#include <coverbs/listener.hpp>
+#include <coverbs/loop_pool.hpp>
+#include <coverbs/session.hpp>
+
+#include <boost/asio/awaitable.hpp>
+
+#include <functional>
+#include <string>
+
+namespace coverbs {
+
+/// Why a session ended, for the server's log.
+struct session_report {
+  error_code reason;              ///< see the file comment; empty: the coroutine returned, nothing failed
+  std::string diagnostic;         ///< the endpoint's diagnostic, or the exception's what()
+  std::string peer;               ///< the peer's address ("a.b.c.d:port")
+  message_statistics statistics;  ///< the endpoint's, at the end
+  error_code close_error;         ///< the first error of closing (`session::async_close`), usually empty
+};
+
+/// How a server accepts and reports.
+struct server_options {
+  server_options() = default;  // not an aggregate: see connection_options
+  /// Each session's connection (its `connection_options` part) and endpoint.
+  session_options session;
+  /// Spread sessions over this pool (the least loaded member takes the next accept; a session runs on its
+  /// member's loop, its queue pair on the member's completion queue); null: on the listener's executor. The pool
+  /// is made with the listener's device, runs, and outlives the server and its sessions.
+  loop_pool* pool = nullptr;
+  /// Called on the session's executor once a session is closed; also for a failed accept (`peer` empty).
+  std::function<void(const session_report&)> on_end;
+};
+
+/// A session's coroutine: runs on the session's executor, holds the session by reference while it runs.
+using session_handler = std::function<boost::asio::awaitable<void>(session&)>;
+
+namespace detail {
+boost::asio::awaitable<error_code> serve_loop(listener& l, session_handler handler, server_options options);
+}  // namespace detail
+
+/// Accepts on `l` until cancelled, running `handler` once per session (see the file comment).
+/// @par Completion Signature `void(error_code)`: `operation_aborted` once cancelled; a failed accept is
+/// reported to `on_end` and the server goes on.
+/// @par Thread Safety Call from the listener's executor; `l` outlives the operation.
+template <completion_token_or_handler<void(error_code)> Token = detail::default_token_t<listener::executor_type>>
+auto async_serve(listener& l, session_handler handler, const server_options& options = {},
+                 Token&& token = Token{}) {
+  return detail::spawn_for_error(l.get_executor(), detail::serve_loop(l, std::move(handler), options),
+                                 std::forward<Token>(token));
+}
+
+}  // namespace coverbs

@@ -1,0 +1,285 @@
+// Sessions and servers on a real device (rxe0 with 10.77.0.1 in the Soft-RoCE guest): endpoints made before the
+// connection is established (no receiver-not-ready during setup), sessions on a loop pool, why each session
+// ended, hostile peers that end only their own session, leases revoked when a session closes.
+#include <coverbs/coverbs.hpp>
+
+#include "fixtures/event_loop.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace asio = boost::asio;
+namespace cv = coverbs;
+using asio::awaitable;
+using bytes = std::vector<std::byte>;
+
+namespace {
+
+constexpr const char* address = "10.77.0.1";  // veth0, under rxe0
+constexpr auto with_ec = asio::as_tuple(asio::use_awaitable);
+
+/// The port's receiver-not-ready counters as the device reports them (rxe: hw_counters).
+std::uint64_t rnr_total(cv::device& dev) {
+  std::uint64_t total = 0;
+  for (const char* name : {"rcvd_rnr_err", "send_rnr_err"}) {
+    const std::string path = std::string("/sys/class/infiniband/") +
+                             ::ibv_get_device_name(dev.native_handle()->device) + "/ports/1/hw_counters/" + name;
+    std::ifstream in(path);
+    INFO(path);
+    REQUIRE(in.good());
+    std::uint64_t v = 0;
+    in >> v;
+    total += v;
+  }
+  return total;
+}
+
+cv::session_options small_sessions() {
+  cv::session_options o;
+  o.messages.slot_size = 256;
+  o.messages.recv_slots = 8;
+  o.messages.send_slots = 8;
+  return o;
+}
+
+/// Answers every request with its bytes reversed until the session fails.
+awaitable<void> reverse_server(cv::session& s) {
+  for (;;) {
+    cv::inbound_request req = co_await s.endpoint().async_receive_request(asio::use_awaitable);
+    bytes reply(req.bytes().rbegin(), req.bytes().rend());
+    co_await s.endpoint().async_reply(req, reply, asio::use_awaitable);
+  }
+}
+
+/// Reports, collected from any thread.
+struct reports {
+  std::mutex m;
+  std::vector<cv::session_report> all;
+  std::function<void(const cv::session_report&)> sink() {
+    return [this](const cv::session_report& r) {
+      std::lock_guard lock(m);
+      all.push_back(r);
+    };
+  }
+  std::size_t size() {
+    std::lock_guard lock(m);
+    return all.size();
+  }
+  cv::session_report at(std::size_t i) {
+    std::lock_guard lock(m);
+    return all.at(i);
+  }
+};
+
+/// Small sessions whose ends go to `r`.
+cv::server_options reporting_to(reports& r) {
+  cv::server_options o;
+  o.session = small_sessions();
+  o.on_end = r.sink();
+  return o;
+}
+
+/// One call of `n` bytes through a fresh session, checked byte-exact, then closed.
+awaitable<void> one_call(std::uint16_t port, std::size_t n) {
+  const auto ex = co_await asio::this_coro::executor;
+  auto [ec, s] = co_await cv::async_connect_session(ex, address, port, small_sessions(), with_ec);
+  REQUIRE_FALSE(ec);
+  bytes request(n);
+  for (std::size_t i = 0; i < n; ++i) request[i] = static_cast<std::byte>(i * 7 + 1);
+  cv::inbound_message reply = co_await s.endpoint().async_call(request, asio::use_awaitable);
+  REQUIRE(reply.size() == n);
+  for (std::size_t i = 0; i < n; ++i) REQUIRE(reply.bytes()[i] == request[n - 1 - i]);
+  reply.release();
+  auto [cec] = co_await s.async_close(with_ec);
+  CHECK_FALSE(cec);
+}
+
+}  // namespace
+
+TEST_CASE("sessions on a loop pool: endpoints posted before the connection is established, so no receiver-not-ready "
+          "across 24 connection setups; each session reports why it ended",
+          "[sessions]") {
+  test::event_loop loop;
+  const auto ex = loop.io.get_executor();
+  cv::listener l(ex, address, 0);
+  cv::loop_pool pool(l.get_device(), {.loops = 2});
+  pool.run();
+  reports ends;
+  cv::server_options o = reporting_to(ends);
+  o.pool = &pool;
+  asio::cancellation_signal stop;
+  std::optional<cv::error_code> served;
+  cv::async_serve(l, reverse_server, o, asio::bind_cancellation_slot(stop.slot(), [&](cv::error_code ec) {
+                    served = ec;
+                  }));
+  const std::uint64_t rnr_before = rnr_total(l.get_device());
+  // 16 one after another (the client calls at once: its first message races the server's accept), then 8 at once.
+  loop.run([&]() -> awaitable<void> {
+    for (int i = 0; i < 16; ++i) co_await one_call(l.local_port(), static_cast<std::size_t>(i * 16));
+  });
+  std::atomic<int> done{0};
+  for (int i = 0; i < 8; ++i)
+    asio::co_spawn(ex, one_call(l.local_port(), 256), [&](std::exception_ptr e) {
+      if (e) std::rethrow_exception(e);
+      ++done;
+    });
+  REQUIRE(loop.run_until([&] { return done == 8 && ends.size() == 24; }));
+  const std::uint64_t rnr_after = rnr_total(l.get_device());
+  INFO("receiver-not-ready counters before " << rnr_before << ", after " << rnr_after);
+  CHECK(rnr_after == rnr_before);
+  for (std::size_t i = 0; i < 24; ++i) {
+    const cv::session_report r = ends.at(i);
+    INFO(r.reason.message() << ": " << r.diagnostic);
+    CHECK(r.reason == cv::errc::connection_reset);  // the client closed: the peer disconnected
+    CHECK(r.statistics.messages_received == 1);
+    CHECK(r.peer.rfind("10.77.0.1:", 0) == 0);
+  }
+  stop.emit(asio::cancellation_type::terminal);
+  REQUIRE(loop.run_until([&] { return served.has_value(); }));
+  CHECK(*served == asio::error::operation_aborted);
+  pool.stop();
+  pool.join();
+}
+
+TEST_CASE("a session whose coroutine returns or throws ends with that reason, closed in order: its kept lease is "
+          "revoked and its window back in the pool",
+          "[sessions]") {
+  test::event_loop loop;
+  const auto ex = loop.io.get_executor();
+  cv::listener l(ex, address, 0);
+  // The server's sessions on a domain and queue of the test's, so that its region and windows outlive them.
+  cv::protection_domain pd(l.get_device());
+  cv::completion_queue cq(ex, l.get_device());
+  std::vector<std::byte> memory(4096, std::byte{0x11});
+  cv::memory_region mr(pd, memory, cv::access::local_write | cv::access::remote_read | cv::access::mw_bind);
+  cv::window_pool windows(pd);
+  reports ends;
+  cv::server_options o = reporting_to(ends);
+  o.session.connection.pd = &pd;
+  o.session.connection.cq = &cq;
+  o.session.connection.qp.remote_access = cv::access::remote_read;
+  // The first session grants a window lease, sends its key as the reply to one request and returns; the second
+  // throws a plain exception; the third a system_error of its own.
+  int sessions = 0;
+  auto handler = [&](cv::session& s) -> awaitable<void> {
+    const int n = sessions++;
+    if (n == 1) throw std::runtime_error("the handler gave up");
+    if (n == 2) throw cv::system_error(make_error_code(boost::system::errc::permission_denied), "not this one");
+    cv::window_lease lease = co_await windows.async_lease(s.qp(), mr, {0, 4096}, cv::access::remote_read,
+                                                          std::chrono::seconds(0), asio::use_awaitable);
+    const cv::remote_key key = s.keep(std::move(lease)).key();
+    cv::inbound_request req = co_await s.endpoint().async_receive_request(asio::use_awaitable);
+    co_await s.endpoint().async_reply(req, std::as_bytes(std::span(&key, 1)), asio::use_awaitable);
+  };
+  cv::async_serve(l, handler, o, asio::detached);
+  for (int i = 0; i < 3; ++i) {
+    loop.run([&]() -> awaitable<void> {
+      auto [ec, s] = co_await cv::async_connect_session(ex, address, l.local_port(), small_sessions(), with_ec);
+      REQUIRE_FALSE(ec);
+      if (i == 0) {
+        const std::byte ask[1] = {};
+        cv::inbound_message reply = co_await s.endpoint().async_call(std::span(ask), asio::use_awaitable);
+        REQUIRE(reply.size() == sizeof(cv::remote_key));
+        cv::remote_key key;
+        std::memcpy(&key, reply.bytes().data(), sizeof key);
+        CHECK(key.length == 4096);  // the server's session returns once this reply is sent: no check of the lease here
+      }
+      // The server's session ends on its own: wait for its disconnect.
+      auto [rec, m] = co_await s.endpoint().async_receive_message(with_ec);
+      CHECK(rec);
+      CHECK(s.error() == cv::errc::connection_reset);
+    });
+    REQUIRE(loop.run_until([&] { return ends.size() == static_cast<std::size_t>(i + 1); }));
+  }
+  CHECK_FALSE(ends.at(0).reason);  // returned
+  CHECK_FALSE(ends.at(0).close_error);
+  CHECK(ends.at(0).statistics.messages_sent == 1);
+  CHECK(windows.free() == windows.size());  // revoked when the session closed: the window is back
+  CHECK(ends.at(1).reason == cv::errc::session_handler_threw);
+  CHECK(ends.at(1).diagnostic == "the handler gave up");
+  CHECK(ends.at(2).reason == boost::system::errc::permission_denied);
+}
+
+TEST_CASE("a hostile peer (garbage header, slot-overflowing length, credit overrun) ends only its own session with a "
+          "named error; the server serves the next client",
+          "[sessions]") {
+  test::event_loop loop;
+  const auto ex = loop.io.get_executor();
+  cv::listener l(ex, address, 0);
+  reports ends;
+  cv::server_options o = reporting_to(ends);
+  cv::async_serve(l, reverse_server, o, asio::detached);
+
+  // A raw connection that sends `messages` (each a whole send) after posting receives for the server's credits.
+  auto hostile = [&](std::vector<bytes> messages) -> awaitable<void> {
+    auto [ec, c] = co_await cv::async_connect(ex, address, l.local_port(), {}, with_ec);
+    REQUIRE_FALSE(ec);
+    std::vector<std::byte> in(16 * 512), out(64 * 512);
+    cv::memory_region in_mr(c.pd(), in, cv::access::local_write), out_mr(c.pd(), out, cv::access::local_write);
+    for (int i = 0; i < 16; ++i) c.qp().async_recv(cv::span_of(in_mr, i * 512, 512), asio::detached);
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      std::memcpy(out.data() + i * 512, messages[i].data(), messages[i].size());
+      auto [sec, n] = co_await c.qp().async_send(cv::span_of(out_mr, i * 512, messages[i].size()), with_ec);
+      if (sec) break;  // the server disconnected us
+    }
+    asio::steady_timer t(ex, std::chrono::seconds(10));
+    while (c.connected() && t.expiry() > std::chrono::steady_clock::now()) {
+      asio::steady_timer tick(ex, std::chrono::milliseconds(20));
+      co_await tick.async_wait(with_ec);
+    }
+    CHECK_FALSE(c.connected());  // the server ended the session
+  };
+  auto header = [](cv::message_type type, std::uint32_t length, std::size_t total) {
+    bytes b(total);
+    cv::message_header h;
+    h.type = type;
+    h.length = length;
+    h.slot_size = 256;
+    cv::encode_header(h, std::span<std::byte, cv::message_header::size>(b.data(), cv::message_header::size));
+    return b;
+  };
+  bytes garbage(40, std::byte{0x77});
+  std::vector<bytes> overrun;
+  for (int i = 0; i < 9; ++i) overrun.push_back(header(cv::message_type::data, 8, cv::message_header::size + 8));
+
+  const std::vector<std::pair<std::vector<bytes>, cv::errc>> cases = {
+      {{garbage}, cv::errc::protocol_violation},
+      {{header(cv::message_type::data, 300, cv::message_header::size + 8)}, cv::errc::protocol_violation},
+      {overrun, cv::errc::credit_overrun},
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    loop.run([&]() -> awaitable<void> { co_await hostile(cases[i].first); });
+    REQUIRE(loop.run_until([&] { return ends.size() == 2 * i + 1; }));
+    const cv::session_report r = ends.at(2 * i);
+    INFO(r.diagnostic);
+    CHECK(r.reason == cases[i].second);
+    CHECK_FALSE(r.diagnostic.empty());
+    loop.run([&]() -> awaitable<void> { co_await one_call(l.local_port(), 100); });  // the server goes on
+    REQUIRE(loop.run_until([&] { return ends.size() == 2 * i + 2; }));
+    CHECK(ends.at(2 * i + 1).reason == cv::errc::connection_reset);
+  }
+}
+
+TEST_CASE("a session needs a connection made with session options", "[sessions]") {
+  try {
+    cv::session s{cv::connection()};
+    FAIL("no throw");
+  } catch (const cv::system_error& e) {
+    CHECK(e.code() == cv::errc::not_a_session_connection);
+    CHECK(e.code() == boost::system::errc::invalid_argument);
+  }
+}
