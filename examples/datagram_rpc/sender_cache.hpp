@@ -4,6 +4,7 @@
 // sent again and however late its first copy arrives (`--expect N` counts those).
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <set>
 #include <span>
@@ -18,8 +19,10 @@ class answered_set {
 public:
   explicit answered_set(std::size_t max_sparse = 4096) : max_sparse_(max_sparse) {}
 
-  /// Records `seq`; true when it was not answered before (its first answer).
+  /// Records `seq`; true when it was not answered before (its first answer). The largest number is never a first
+  /// answer (the mark below which all were answered cannot pass it).
   bool insert(std::uint64_t seq) {
+    if (seq == std::numeric_limits<std::uint64_t>::max()) return false;
     if (seq < contiguous_ || !sparse_.insert(seq).second) return false;
     if (sparse_.size() > max_sparse_) contiguous_ = *sparse_.begin();  // give up the oldest gap
     while (!sparse_.empty() && *sparse_.begin() <= contiguous_) {

@@ -62,9 +62,9 @@
 /// messages and requests it hands out may be released (or destroyed) on any thread: the repost is
 /// dispatched to the endpoint's executor (`inbound_message.hpp`).
 
-#include <coverbs/detail/token_check.hpp>
 #include <coverbs/detail/handler_executor.hpp>
 #include <coverbs/detail/message_ops.hpp>
+#include <coverbs/detail/token_check.hpp>
 #include <coverbs/error.hpp>
 #include <coverbs/inbound_message.hpp>
 #include <coverbs/inbound_request.hpp>
@@ -89,20 +89,20 @@ class protection_domain;
 /// peer's. No data, request or reply is sent before the peer's first header (which also brings the first credits);
 /// each side's own first credit message goes out at once.
 struct message_options {
-  std::size_t slot_size = 4096;    ///< payload bytes per message (the header's 24 bytes come on top)
-  std::uint32_t recv_slots = 32;   ///< data receives kept posted: what the peer may send ahead (1..65535)
-  std::uint32_t send_slots = 32;   ///< messages this side may have in flight at once (>= 1)
+  std::size_t slot_size = 4096;   ///< payload bytes per message (the header's 24 bytes come on top)
+  std::uint32_t recv_slots = 32;  ///< data receives kept posted: what the peer may send ahead (1..65535)
+  std::uint32_t send_slots = 32;  ///< messages this side may have in flight at once (>= 1)
 };
 
 /// What an endpoint has done (cumulative), and the calls it has in flight now.
 struct message_statistics {
-  std::uint64_t messages_sent = 0;         ///< data, requests and replies posted
-  std::uint64_t messages_received = 0;     ///< data, requests and replies received
-  std::uint64_t credit_updates_sent = 0;   ///< standalone credit messages posted
+  std::uint64_t messages_sent = 0;        ///< data, requests and replies posted
+  std::uint64_t messages_received = 0;    ///< data, requests and replies received
+  std::uint64_t credit_updates_sent = 0;  ///< standalone credit messages posted
   std::uint64_t credit_updates_received = 0;
-  std::uint64_t credit_waits = 0;          ///< times an operation found no credit or send slot and waited
-  std::uint64_t calls_abandoned = 0;       ///< calls cancelled after their request was sent
-  std::uint64_t replies_dropped = 0;       ///< replies that arrived for abandoned calls
+  std::uint64_t credit_waits = 0;     ///< times an operation found no credit or send slot and waited
+  std::uint64_t calls_abandoned = 0;  ///< calls cancelled after their request was sent
+  std::uint64_t replies_dropped = 0;  ///< replies that arrived for abandoned calls
   /// Not cumulative: calls sent and awaiting their reply now, the entries of the call table in use. An
   /// abandoned call leaves it at once, whether or not its reply ever comes.
   std::uint64_t calls_in_flight = 0;
@@ -155,8 +155,14 @@ public:
   /// first credit message and the operations waiting go out. Otherwise nothing.
   void start_sending() noexcept;
   /// Completes every pending operation with `operation_aborted`; later ones fail with
-  /// `errc::endpoint_closed`. Received messages stay valid; their slots are not posted again.
+  /// `errc::endpoint_closed`. Received messages stay valid; their slots are not posted again. Deregisters the
+  /// slots (see Lifetime in docs/messaging.md: close when the peer is done, or `shutdown()`, disconnect, close).
   void close() noexcept;
+  /// As `close()`, but the slots stay registered (and the receives posted) until `close()` or destruction: a
+  /// message the peer sends meanwhile lands in registered memory and is dropped, and the queue pair stays
+  /// healthy. For closing a connection in order: `shutdown()`, then disconnect (the queue pair moves to the
+  /// error state), then `close()`.
+  void shutdown() noexcept;
 
   /// Sends `request` (a buffer sequence, gathered into one message) and completes with the peer's reply.
   /// Any number may be in flight; they complete in any order, each with its own reply.
@@ -165,10 +171,10 @@ public:
   /// `operation_aborted` (cancelled or closed), the endpoint's error.
   template <class ConstBufferSequence,
             completion_token_or_handler<void(error_code, inbound_message)> Token = default_token>
-    requires boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value
-  auto async_call(const ConstBufferSequence& request, Token&& token = default_token{}) {
-    return initiate<inbound_message>(std::forward<Token>(token), detail::message_op_kind::call,
-                                     message_type::request, 0, request);
+  requires boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value auto
+  async_call(const ConstBufferSequence& request, Token&& token = default_token{}) {
+    return initiate<inbound_message>(std::forward<Token>(token), detail::message_op_kind::call, message_type::request,
+                                     0, request);
   }
   /// As above with one span.
   template <completion_token_or_handler<void(error_code, inbound_message)> Token = default_token>
@@ -192,25 +198,22 @@ public:
   /// refused or cancelled before posting leaves it unanswered), `operation_aborted` (cancelled before
   /// posting, or closed), the endpoint's error.
   template <class ConstBufferSequence, completion_token_or_handler<void(error_code)> Token = default_token>
-    requires boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value
-  auto async_reply(const inbound_request& request, const ConstBufferSequence& reply,
-                   Token&& token = default_token{}) {
+  requires boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value auto
+  async_reply(const inbound_request& request, const ConstBufferSequence& reply, Token&& token = default_token{}) {
     return initiate<void>(std::forward<Token>(token), detail::message_op_kind::send, message_type::reply,
                           request.correlation_id(), reply);
   }
   template <completion_token_or_handler<void(error_code)> Token = default_token>
-  auto async_reply(const inbound_request& request, std::span<const std::byte> reply,
-                   Token&& token = default_token{}) {
+  auto async_reply(const inbound_request& request, std::span<const std::byte> reply, Token&& token = default_token{}) {
     return async_reply(request, boost::asio::buffer(reply.data(), reply.size()), std::forward<Token>(token));
   }
 
   /// Sends a one-way message (the peer receives it with `async_receive_message`).
   /// @par Completion Signature `void(error_code)`, once the send has completed.
   template <class ConstBufferSequence, completion_token_or_handler<void(error_code)> Token = default_token>
-    requires boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value
-  auto async_send_message(const ConstBufferSequence& message, Token&& token = default_token{}) {
-    return initiate<void>(std::forward<Token>(token), detail::message_op_kind::send, message_type::data, 0,
-                          message);
+  requires boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value auto
+  async_send_message(const ConstBufferSequence& message, Token&& token = default_token{}) {
+    return initiate<void>(std::forward<Token>(token), detail::message_op_kind::send, message_type::data, 0, message);
   }
   template <completion_token_or_handler<void(error_code)> Token = default_token>
   auto async_send_message(std::span<const std::byte> message, Token&& token = default_token{}) {

@@ -12,17 +12,20 @@
 ///
 /// @par Closing, in order
 /// `async_close` (and, without waiting, destruction): (1) every kept window lease is revoked, and `async_close`
-/// waits until each key is dead (so no late RDMA access reaches the memory behind it); (2) the endpoint is closed
-/// (pending operations complete with `operation_aborted`); (3) the connection is disconnected — `async_close`
-/// waits for rdma_cm's answer; (4) the queue pair, the connection's resources and the cm_id go.
+/// waits until each key is dead (so no late RDMA access reaches the memory behind it); (2) the endpoint's pending
+/// operations complete with `operation_aborted` (`message_endpoint::shutdown`: its slots stay registered); (3) the
+/// connection is disconnected — the queue pair leaves RTS, and `async_close` waits for rdma_cm's answer; (4) the
+/// endpoint's slots are deregistered; (5) the queue pair, the connection's resources and the cm_id go. Destruction
+/// cannot wait for (3): it closes the endpoint (deregistering) before the connection goes, so a message the peer
+/// sends in between may fail both queue pairs — prefer `async_close`.
 ///
 /// @par Thread Safety
 /// Distinct objects: safe. Shared objects: unsafe; use a session from its executor (its connection's).
 
-#include <coverbs/detail/token_check.hpp>
 #include <coverbs/connect.hpp>
 #include <coverbs/connection.hpp>
 #include <coverbs/connection_options.hpp>
+#include <coverbs/detail/token_check.hpp>
 #include <coverbs/error.hpp>
 #include <coverbs/message_endpoint.hpp>
 #include <coverbs/window_lease.hpp>
@@ -58,21 +61,25 @@ namespace detail {
 error_code code_of(const std::exception_ptr& e) noexcept;
 
 /// Runs `a` on `ex` and completes `token` with its result, `void(error_code)`; an exception completes it with
-/// `code_of`. The handler runs on its associated executor (else `ex`), never inside this call; its
-/// cancellation slot reaches the coroutine.
-template <class Token>
+/// `code_of`. The handler runs on its associated executor (else `ex`), never inside this call. With
+/// `Cancellable`, the handler's cancellation slot reaches the coroutine; without, a cancellation is ignored (an
+/// operation that must run to its end once started, such as closing in order).
+template <bool Cancellable, class Token>
 auto spawn_for_error(const boost::asio::any_io_executor& ex, boost::asio::awaitable<error_code> a, Token&& token) {
   return boost::asio::async_initiate<Token, void(error_code)>(
       [ex](auto handler, boost::asio::awaitable<error_code> a) {
         auto slot = boost::asio::get_associated_cancellation_slot(handler);
         auto where = boost::asio::get_associated_executor(handler, ex);
-        boost::asio::co_spawn(
-            ex, std::move(a),
-            boost::asio::bind_cancellation_slot(
-                slot, boost::asio::bind_executor(where, [h = std::move(handler)](std::exception_ptr e,
-                                                                                 error_code ec) mutable {
-                  std::move(h)(e ? code_of(e) : ec);
-                })));
+        auto done =
+            boost::asio::bind_executor(where, [h = std::move(handler)](std::exception_ptr e, error_code ec) mutable {
+              std::move(h)(e ? code_of(e) : ec);
+            });
+        if constexpr (Cancellable) {
+          boost::asio::co_spawn(ex, std::move(a), boost::asio::bind_cancellation_slot(slot, std::move(done)));
+        } else {
+          (void)slot;
+          boost::asio::co_spawn(ex, std::move(a), std::move(done));
+        }
       },
       token, std::move(a));
 }
@@ -120,11 +127,12 @@ public:
   /// Closes in the order of the file comment and completes once every kept key is dead and the disconnect is
   /// answered (or failed: a peer already gone answers at once). The session is empty afterwards.
   /// @par Completion Signature `void(error_code)`: the first error of a step (the steps go on regardless).
-  /// @par Per-Operation Cancellation Not supported: what it closes cannot be reopened.
+  /// @par Per-Operation Cancellation Not supported, and ignored: once started, every step runs to its end (a
+  /// close cancelled halfway would complete before the keys are dead).
   template <completion_token_or_handler<void(error_code)> Token = default_token>
   auto async_close(Token&& token = default_token{}) {
     const executor_type ex = get_executor();
-    return detail::spawn_for_error(ex, close_steps(std::move(state_)), std::forward<Token>(token));
+    return detail::spawn_for_error<false>(ex, close_steps(std::move(state_)), std::forward<Token>(token));
   }
 
   struct state;
@@ -142,7 +150,6 @@ private:
 /// connection is established): the options of an accept or connect whose connection becomes a `session`.
 connection_options session_connection_options(connection_options base, const message_options& messages);
 
-
 /// Connects to `host`:`port` (as `async_connect`) with a message endpoint made before the request goes out, and
 /// completes with the session, its endpoint sending.
 /// @par Completion Signature `void(error_code, session)`
@@ -159,20 +166,20 @@ auto async_connect_session(const Executor& ex, std::string_view host, std::uint1
       [](auto handler, boost::asio::any_io_executor ex, std::string host, std::uint16_t port, connect_options o) {
         auto slot = boost::asio::get_associated_cancellation_slot(handler);
         auto where = boost::asio::get_associated_executor(handler, ex);
-        async_connect(ex, host, port, o,
-                      boost::asio::bind_cancellation_slot(
-                          slot, boost::asio::bind_executor(where, [h = std::move(handler)](error_code ec,
-                                                                                           connection c) mutable {
-                            session s;
-                            if (!ec) {
-                              try {
-                                s = session(std::move(c));
-                              } catch (...) {
-                                ec = detail::code_of(std::current_exception());
-                              }
-                            }
-                            std::move(h)(ec, std::move(s));
-                          })));
+        async_connect(
+            ex, host, port, o,
+            boost::asio::bind_cancellation_slot(
+                slot, boost::asio::bind_executor(where, [h = std::move(handler)](error_code ec, connection c) mutable {
+                  session s;
+                  if (!ec) {
+                    try {
+                      s = session(std::move(c));
+                    } catch (...) {
+                      ec = detail::code_of(std::current_exception());
+                    }
+                  }
+                  std::move(h)(ec, std::move(s));
+                })));
       },
       token, boost::asio::any_io_executor(ex), std::string(host), port, std::move(o));
 }

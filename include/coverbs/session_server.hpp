@@ -68,14 +68,16 @@ boost::asio::awaitable<error_code> serve_loop(listener& l, session_handler handl
 }  // namespace detail
 
 /// Accepts on `l` until cancelled, running `handler` once per session (see the file comment).
-/// @par Completion Signature `void(error_code)`: `operation_aborted` once cancelled; a failed accept is
-/// reported to `on_end` and the server goes on.
+/// @par Completion Signature `void(error_code)`: `operation_aborted` once cancelled; `invalid_argument` at once
+/// for an empty `handler`. A failed accept is reported to `on_end` and the server goes on, after a pause that
+/// doubles from 10 ms to 1 s while accepts keep failing (reset by a session accepted).
+/// @par Sessions running when it completes go on to their own end (each still reported to `on_end`): end them
+/// through your handler (e.g. a stop signal it awaits) before the pool or the listener goes.
 /// @par Thread Safety Call from the listener's executor; `l` outlives the operation.
 template <completion_token_or_handler<void(error_code)> Token = detail::default_token_t<listener::executor_type>>
-auto async_serve(listener& l, session_handler handler, const server_options& options = {},
-                 Token&& token = Token{}) {
-  return detail::spawn_for_error(l.get_executor(), detail::serve_loop(l, std::move(handler), options),
-                                 std::forward<Token>(token));
+auto async_serve(listener& l, session_handler handler, const server_options& options = {}, Token&& token = Token{}) {
+  return detail::spawn_for_error<true>(l.get_executor(), detail::serve_loop(l, std::move(handler), options),
+                                       std::forward<Token>(token));
 }
 
 }  // namespace coverbs

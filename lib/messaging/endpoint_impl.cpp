@@ -92,14 +92,16 @@ endpoint_impl::endpoint_impl(protection_domain& pd, queue_pair& qp, const messag
   if (recv_count_ > max_recv_wr)
     refuse(make_error_code(errc::device_limit_exceeded),
            "message_options::recv_slots = " + std::to_string(options.recv_slots) + " plus " +
-               std::to_string(credit_ledger::control_slots) + " control receives exceeds the queue pair's max_recv_wr " +
-               std::to_string(max_recv_wr) + " (queue_pair_options::max_recv_wr): raise it, or lower recv_slots");
+               std::to_string(credit_ledger::control_slots) +
+               " control receives exceeds the queue pair's max_recv_wr " + std::to_string(max_recv_wr) +
+               " (queue_pair_options::max_recv_wr): raise it, or lower recv_slots");
   recv_mem_.reset(allocate_slots(recv_count_ * stride_));
   send_mem_.reset(allocate_slots(options.send_slots * stride_));
   recv_mr_ = memory_region(pd, {recv_mem_.get(), recv_count_ * stride_}, access::local_write);
   send_mr_ = memory_region(pd, {send_mem_.get(), options.send_slots * stride_}, access::local_write);
   free_send_.reserve(options.send_slots);
-  for (std::uint32_t s = options.send_slots; s-- > 0;) free_send_.push_back(s);
+  for (std::uint32_t s = options.send_slots; s-- > 0;)
+    free_send_.push_back(s);
   in_flight_.assign(options.send_slots, nullptr);
 }
 
@@ -107,13 +109,15 @@ endpoint_impl::~endpoint_impl() { on_context_shutdown(); }
 
 void endpoint_impl::start() {
   enroll(boost::asio::query(ex_, boost::asio::execution::context));
-  for (std::uint32_t s = 0; s < recv_count_; ++s) post_receive(s);
+  for (std::uint32_t s = 0; s < recv_count_; ++s)
+    post_receive(s);
   schedule_credit_check();  // the first credit message grants the peer recv_slots
 }
 
 void endpoint_impl::post_receive(std::uint32_t slot) noexcept {
-  qp_->async_recv(span_of(recv_mr_, slot * stride_, stride_),
-                  [self = shared_from_this(), slot](error_code ec, received r) { self->on_receive(slot, ec, r.bytes); });
+  qp_->async_recv(
+      span_of(recv_mr_, slot * stride_, stride_),
+      [self = shared_from_this(), slot](error_code ec, received r) { self->on_receive(slot, ec, r.bytes); });
 }
 
 inbound_message endpoint_impl::view(const parked& p) {
@@ -136,9 +140,9 @@ void endpoint_impl::on_receive(std::uint32_t slot, error_code ec, std::size_t by
   std::string why = decode_header({recv_slot(slot), bytes}, options_.slot_size, h);
   if (!why.empty()) return fail(make_error_code(errc::protocol_violation), "protocol violation: " + why);
   if (peer_slot_size_ != 0 && h.slot_size != peer_slot_size_)
-    return fail(make_error_code(errc::protocol_violation),
-                "protocol violation: the peer's slot size changed from " + std::to_string(peer_slot_size_) +
-                    " to " + std::to_string(h.slot_size));
+    return fail(make_error_code(errc::protocol_violation), "protocol violation: the peer's slot size changed from " +
+                                                               std::to_string(peer_slot_size_) + " to " +
+                                                               std::to_string(h.slot_size));
   peer_slot_size_ = h.slot_size;
   const bool control = h.type == message_type::credit;
   why = ledger_.arrived(control);
@@ -172,9 +176,9 @@ void endpoint_impl::on_receive(std::uint32_t slot, error_code ec, std::size_t by
       ++stats_.replies_dropped;
       release(slot);
     } else {
-      return fail(make_error_code(errc::protocol_violation),
-                  "protocol violation: a reply for correlation id " + std::to_string(h.correlation_id) +
-                      ", which no call awaits");
+      return fail(make_error_code(errc::protocol_violation), "protocol violation: a reply for correlation id " +
+                                                                 std::to_string(h.correlation_id) +
+                                                                 ", which no call awaits");
     }
   } else if (h.type == message_type::request) {
     if (h.correlation_id == 0)
@@ -393,7 +397,8 @@ void endpoint_impl::fail(error_code ec, std::string why) noexcept {
   if (!why.empty()) diagnostic_ = std::move(why);
   std::vector<message_op*> pending;
   for (op_list* list : {&outbox_, &request_waiters_, &message_waiters_})
-    while (message_op* op = list->pop_front()) pending.push_back(op);
+    while (message_op* op = list->pop_front())
+      pending.push_back(op);
   for (std::uint32_t i = 0; i < calls_.size(); ++i) {
     call_entry& e = calls_[i];
     if (e.st == call_entry::state::awaiting) free_calls_.push_back(i);
@@ -412,11 +417,12 @@ void endpoint_impl::fail(error_code ec, std::string why) noexcept {
   }
 }
 
-void endpoint_impl::close() noexcept {
+void endpoint_impl::close(bool deregister) noexcept {
   if (!context_gone())
     fail(make_error_code(boost::asio::error::operation_aborted), {});
   else if (!error_)
     error_ = make_error_code(errc::endpoint_closed);
+  if (!deregister) return;
   // Deregister now, while the protection domain surely lives: the receives still posted keep this object
   // (and the slots' memory) alive until the queue pair flushes them, which may be after the domain is gone.
   // A message that reaches them now fails the queue pair (local protection error), which no longer serves
@@ -427,7 +433,8 @@ void endpoint_impl::close() noexcept {
 
 void endpoint_impl::on_context_shutdown() noexcept {
   for (op_list* list : {&outbox_, &request_waiters_, &message_waiters_})
-    while (message_op* op = list->pop_front()) op->destroy();
+    while (message_op* op = list->pop_front())
+      op->destroy();
   for (call_entry& e : calls_)
     if (auto* op = std::exchange(e.op, nullptr)) op->destroy();
   for (message_op*& op : in_flight_)

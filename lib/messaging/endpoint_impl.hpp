@@ -12,8 +12,8 @@
 #include <cstdlib>
 #include <deque>
 #include <memory>
-#include <string>
 #include <set>
+#include <string>
 #include <vector>
 
 namespace coverbs::detail {
@@ -54,7 +54,8 @@ public:
   void release(std::uint32_t slot) noexcept;
   /// Fails the endpoint (or closes it: `operation_aborted`, then `errc::endpoint_closed` for later ones).
   void fail(error_code ec, std::string why) noexcept;
-  void close() noexcept;
+  /// `deregister`: also drop the slots' registrations (message_endpoint::close); else only fail (shutdown).
+  void close(bool deregister = true) noexcept;
 
   void on_context_shutdown() noexcept override;
   /// Calls awaiting replies, operations waiting for a credit or a slot, receive operations waiting for a message,
@@ -126,7 +127,7 @@ private:
   std::vector<message_op*> in_flight_;  // per send slot: the send or reply operation it carries
   std::vector<call_entry> calls_;
   std::vector<std::uint32_t> free_calls_;
-  op_list outbox_;                       // sends, replies and calls waiting for a credit or a slot
+  op_list outbox_;  // sends, replies and calls waiting for a credit or a slot
   op_list request_waiters_, message_waiters_;
   std::deque<parked> requests_, messages_;
   // The correlation ids of the requests received and not answered yet: a reply must take one (one reply per

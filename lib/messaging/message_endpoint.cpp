@@ -33,6 +33,10 @@ void message_endpoint::close() noexcept {
   if (impl_) impl_->close();
 }
 
+void message_endpoint::shutdown() noexcept {
+  if (impl_) impl_->close(false);
+}
+
 std::size_t message_endpoint::slot_size() const noexcept { return impl_ ? impl_->slot_size() : 0; }
 
 std::size_t message_endpoint::peer_slot_size() const noexcept { return impl_ ? impl_->peer_slot_size() : 0; }

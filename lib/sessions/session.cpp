@@ -5,6 +5,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/assert.hpp>
 
 #include <cerrno>
 
@@ -18,7 +19,8 @@ struct session::state {
   std::shared_ptr<message_endpoint> endpoint;
   std::vector<window_lease> leases;
   ~state() {
-    for (window_lease& l : leases) l.revoke();
+    for (window_lease& l : leases)
+      l.revoke();
     if (endpoint) endpoint->close();
   }
 };
@@ -51,8 +53,14 @@ session::~session() = default;
 session::executor_type session::get_executor() const noexcept {
   return state_ ? state_->conn.get_executor() : executor_type();
 }
-message_endpoint& session::endpoint() const noexcept { return *state_->endpoint; }
-connection& session::conn() const noexcept { return state_->conn; }
+message_endpoint& session::endpoint() const noexcept {
+  BOOST_ASSERT_MSG(state_, "session::endpoint() on an empty session");
+  return *state_->endpoint;
+}
+connection& session::conn() const noexcept {
+  BOOST_ASSERT_MSG(state_, "session::conn() on an empty session");
+  return state_->conn;
+}
 
 window_lease& session::keep(window_lease lease) { return state_->leases.emplace_back(std::move(lease)); }
 
@@ -75,11 +83,15 @@ asio::awaitable<error_code> session::close_steps(state_ptr s) {
     if (ec && !first) first = ec;
   }
   s->leases.clear();
-  s->endpoint->close();
+  // The endpoint's operations end first, but its slots stay registered until the queue pair left RTS (the
+  // disconnect moves it to the error state): a message the peer sends meanwhile lands in registered memory
+  // and is dropped, instead of failing both queue pairs with a protection error.
+  s->endpoint->shutdown();
   if (s->conn.connected()) {
     auto [ec] = co_await s->conn.async_disconnect(with_ec);
     if (ec && !first) first = ec;
   }
+  s->endpoint->close();
   co_return first;
 }
 

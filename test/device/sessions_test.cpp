@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -99,10 +100,12 @@ awaitable<void> one_call(std::uint16_t port, std::size_t n) {
   auto [ec, s] = co_await cv::async_connect_session(ex, address, port, small_sessions(), with_ec);
   REQUIRE_FALSE(ec);
   bytes request(n);
-  for (std::size_t i = 0; i < n; ++i) request[i] = static_cast<std::byte>(i * 7 + 1);
+  for (std::size_t i = 0; i < n; ++i)
+    request[i] = static_cast<std::byte>(i * 7 + 1);
   cv::inbound_message reply = co_await s.endpoint().async_call(request, asio::use_awaitable);
   REQUIRE(reply.size() == n);
-  for (std::size_t i = 0; i < n; ++i) REQUIRE(reply.bytes()[i] == request[n - 1 - i]);
+  for (std::size_t i = 0; i < n; ++i)
+    REQUIRE(reply.bytes()[i] == request[n - 1 - i]);
   reply.release();
   auto [cec] = co_await s.async_close(with_ec);
   CHECK_FALSE(cec);
@@ -123,13 +126,13 @@ TEST_CASE("sessions on a loop pool: endpoints posted before the connection is es
   o.pool = &pool;
   asio::cancellation_signal stop;
   std::optional<cv::error_code> served;
-  cv::async_serve(l, reverse_server, o, asio::bind_cancellation_slot(stop.slot(), [&](cv::error_code ec) {
-                    served = ec;
-                  }));
+  cv::async_serve(l, reverse_server, o,
+                  asio::bind_cancellation_slot(stop.slot(), [&](cv::error_code ec) { served = ec; }));
   const std::uint64_t rnr_before = rnr_total(l.get_device());
   // 16 one after another (the client calls at once: its first message races the server's accept), then 8 at once.
   loop.run([&]() -> awaitable<void> {
-    for (int i = 0; i < 16; ++i) co_await one_call(l.local_port(), static_cast<std::size_t>(i * 16));
+    for (int i = 0; i < 16; ++i)
+      co_await one_call(l.local_port(), static_cast<std::size_t>(i * 16));
   });
   std::atomic<int> done{0};
   for (int i = 0; i < 8; ++i)
@@ -214,6 +217,51 @@ TEST_CASE("a session whose coroutine returns or throws ends with that reason, cl
   CHECK(ends.at(2).reason == boost::system::errc::permission_denied);
 }
 
+TEST_CASE("async_close cancelled at once still revokes every kept lease, waits until each key is dead, and "
+          "disconnects",
+          "[sessions]") {
+  test::event_loop loop;
+  const auto ex = loop.io.get_executor();
+  cv::listener l(ex, address, 0);
+  reports ends;
+  cv::async_serve(l, reverse_server, reporting_to(ends), asio::detached);
+  // The client's session on a domain and queue of the test's, so that its region and windows outlive it.
+  cv::protection_domain pd(l.get_device());
+  cv::completion_queue cq(ex, l.get_device());
+  std::vector<std::byte> memory(8192, std::byte{0x22});
+  cv::memory_region mr(pd, memory, cv::access::local_write | cv::access::remote_read | cv::access::mw_bind);
+  cv::window_pool windows(pd);
+  cv::session_options o = small_sessions();
+  o.connection.pd = &pd;
+  o.connection.cq = &cq;
+  o.connection.qp.remote_access = cv::access::remote_read;
+  std::optional<cv::error_code> closed;
+  std::size_t free_at_close = 0;
+  loop.run([&]() -> awaitable<void> {
+    auto [ec, s] = co_await cv::async_connect_session(ex, address, l.local_port(), o, with_ec);
+    REQUIRE_FALSE(ec);
+    for (std::size_t half : {0, 1}) {
+      cv::window_lease lease = co_await windows.async_lease(s.qp(), mr, {half * 4096, 4096}, cv::access::remote_read,
+                                                            std::chrono::seconds(0), asio::use_awaitable);
+      s.keep(std::move(lease));
+    }
+    REQUIRE(windows.free() + 2 == windows.size());
+    // Cancelled before its first step ran: it must still run every step to its end.
+    asio::cancellation_signal cancel;
+    s.async_close(asio::bind_cancellation_slot(cancel.slot(), [&](cv::error_code cec) {
+      closed = cec;
+      free_at_close = windows.free();
+    }));
+    cancel.emit(asio::cancellation_type::terminal);
+    CHECK_FALSE(s);
+  });
+  REQUIRE(loop.run_until([&] { return closed.has_value(); }));
+  CHECK_FALSE(*closed);                    // not operation_aborted: every step ran
+  CHECK(free_at_close == windows.size());  // both keys dead when it completed
+  REQUIRE(loop.run_until([&] { return ends.size() == 1; }));
+  CHECK(ends.at(0).reason == cv::errc::connection_reset);  // and the server saw the disconnect
+}
+
 TEST_CASE("a hostile peer (garbage header, slot-overflowing length, credit overrun) ends only its own session with a "
           "named error; the server serves the next client",
           "[sessions]") {
@@ -230,7 +278,8 @@ TEST_CASE("a hostile peer (garbage header, slot-overflowing length, credit overr
     REQUIRE_FALSE(ec);
     std::vector<std::byte> in(16 * 512), out(64 * 512);
     cv::memory_region in_mr(c.pd(), in, cv::access::local_write), out_mr(c.pd(), out, cv::access::local_write);
-    for (int i = 0; i < 16; ++i) c.qp().async_recv(cv::span_of(in_mr, i * 512, 512), asio::detached);
+    for (int i = 0; i < 16; ++i)
+      c.qp().async_recv(cv::span_of(in_mr, i * 512, 512), asio::detached);
     for (std::size_t i = 0; i < messages.size(); ++i) {
       std::memcpy(out.data() + i * 512, messages[i].data(), messages[i].size());
       auto [sec, n] = co_await c.qp().async_send(cv::span_of(out_mr, i * 512, messages[i].size()), with_ec);
@@ -254,7 +303,8 @@ TEST_CASE("a hostile peer (garbage header, slot-overflowing length, credit overr
   };
   bytes garbage(40, std::byte{0x77});
   std::vector<bytes> overrun;
-  for (int i = 0; i < 9; ++i) overrun.push_back(header(cv::message_type::data, 8, cv::message_header::size + 8));
+  for (int i = 0; i < 9; ++i)
+    overrun.push_back(header(cv::message_type::data, 8, cv::message_header::size + 8));
 
   const std::vector<std::pair<std::vector<bytes>, cv::errc>> cases = {
       {{garbage}, cv::errc::protocol_violation},
