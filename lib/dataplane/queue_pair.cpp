@@ -1,6 +1,7 @@
 #include <coverbs/protection_domain.hpp>
 #include <coverbs/queue_pair.hpp>
 
+#include "core/metrics.hpp"
 #include "dataplane/cq_impl.hpp"
 #include "dataplane/dispatch_turn.hpp"
 #include "dataplane/grh_slots.hpp"
@@ -89,6 +90,8 @@ namespace {
 void finish(wr_node* n, error_code ec, const ibv_wc* wc, completion_mode mode) {
   if (ec && n->cancelled) ec = boost::asio::error::operation_aborted;
   if (n->on_complete) n->on_complete(n, ec);
+  if (metrics_on()) [[unlikely]]
+    note_finished(n, ec, wc);
   n->state = node_state::done;
   n->complete(n, ec, wc, mode);
 }
@@ -274,6 +277,8 @@ void queue_pair_impl::attach_srq(ibv_pd* pd, shared_receive_queue_impl* srq) {
 
 void queue_pair_impl::fail(wr_node* n, error_code ec) {
   if (n->on_complete) n->on_complete(n, ec);
+  if (metrics_on()) [[unlikely]]
+    note_finished(n, ec, nullptr);
   n->complete(n, ec, nullptr, completion_mode::post);
 }
 
@@ -287,6 +292,8 @@ void queue_pair_impl::start(wr_node* n, error_code ec) {
   if (!q.waiting.empty() || q.credits < n->credits) {
     n->state = node_state::waiting_credit;
     q.waiting.push(n);
+    if (metrics_on()) [[unlikely]]
+      note(n->is_recv ? metric::recv_credit_waits : metric::send_credit_waits);
     return;
   }
   submit(n);
