@@ -52,7 +52,9 @@ struct histogram {
 /// The counters of one operation kind. Every operation that is started ends once: `completed` (success) or
 /// `failed` (by the device, refused before posting, flushed, cancelled).
 struct op_counters {
-  std::uint64_t posted = 0;     ///< work requests handed to the device (ibv_post_send / ibv_post_recv)
+  /// Operations the device had (ibv_post_send / ibv_post_recv) and that have ended: counted when they end,
+  /// so one in flight is not in it yet (the data path pays one test per operation, not two).
+  std::uint64_t posted = 0;
   std::uint64_t completed = 0;  ///< operations that completed successfully
   std::uint64_t failed = 0;     ///< operations that completed with an error
   /// Bytes moved by the successful ones: sends, writes and reads their length, receives the bytes received

@@ -50,9 +50,11 @@ void add(std::size_t i, std::uint64_t delta = 1) noexcept { blocks::add(i, delta
 void add_to_histogram(std::size_t at, std::uint64_t value) noexcept {
   const std::size_t bucket =
       value <= 1 ? 0 : std::min<std::size_t>(std::bit_width(value) - 1, histogram::bucket_count - 1);
-  add(at + bucket);
-  add(at + histogram::bucket_count);
-  add(at + histogram::bucket_count + 1, value);
+  blocks::update([&](blocks::counters v) {
+    blocks::bump(v, at + bucket);
+    blocks::bump(v, at + histogram::bucket_count);
+    blocks::bump(v, at + histogram::bucket_count + 1, value);
+  });
 }
 
 metrics::op_kind kind_of(const wr_node* n) noexcept {
@@ -104,24 +106,27 @@ source_registry& sources() {
 
 void note(metric m, std::uint64_t delta) noexcept { add(static_cast<std::size_t>(m), delta); }
 
-void note_posted(const wr_node* n) noexcept { add(ops_at + 4 * static_cast<std::size_t>(kind_of(n))); }
-
-void note_finished(const wr_node* n, const error_code& ec, const ibv_wc* wc) noexcept {
+void note_finished(const wr_node* n, const error_code& ec, const ibv_wc* wc, bool posted) noexcept {
   const metrics::op_kind kind = kind_of(n);
   const std::size_t row = ops_at + 4 * static_cast<std::size_t>(kind);
-  if (!ec) {
-    add(row + 1);
-    add(row + 3, bytes_of(kind, n, wc));
-    return;
+  std::size_t error_at = 0;  // the error's counter, for a failure
+  if (ec) {
+    const auto value = static_cast<std::size_t>(ec.value());
+    error_at = ec.category() == wc_category() && value < wc_count ? wc_at + value
+               : ec.category() == coverbs_category()              ? errc_at + std::min(value, errc_count - 1)
+                                                                  : static_cast<std::size_t>(metric::other_errors);
   }
-  add(row + 2);
-  const auto value = static_cast<std::size_t>(ec.value());
-  if (ec.category() == wc_category() && value < wc_count)
-    add(wc_at + value);
-  else if (ec.category() == coverbs_category())
-    add(errc_at + std::min(value, errc_count - 1));
-  else
-    note(metric::other_errors);
+  const std::uint64_t bytes = ec ? 0 : bytes_of(kind, n, wc);
+  blocks::update([&](blocks::counters v) {
+    if (posted) blocks::bump(v, row);
+    if (!ec) {
+      blocks::bump(v, row + 1);
+      blocks::bump(v, row + 3, bytes);
+    } else {
+      blocks::bump(v, row + 2);
+      blocks::bump(v, error_at);
+    }
+  });
 }
 
 void note_poll(int n) noexcept { add_to_histogram(per_poll_at, static_cast<std::uint64_t>(n)); }

@@ -16,24 +16,36 @@ namespace coverbs::detail {
 template <class Tag, std::size_t N>
 class thread_counters {
 public:
-  /// Adds `delta` (wrapping) to counter `i` of the calling thread's block.
-  static void add(std::size_t i, std::uint64_t delta = 1) noexcept {
+  using counters = std::atomic<std::uint64_t>*;
+  /// Adds `delta` (wrapping) to counter `i` of `v` (what `update` hands its function).
+  static void bump(counters v, std::size_t i, std::uint64_t delta = 1) noexcept {
+    v[i].store(v[i].load(relaxed) + delta, relaxed);
+  }
+  /// Calls `f(v)` with the calling thread's counters `v` (N of them; add with `bump`): several counts for the
+  /// price of one look-up. A thread that is ending, or that found no memory for a block, counts under the
+  /// lock in a block the totals keep.
+  template <class F>
+  static void update(F&& f) noexcept {
     block* b = current;
     if (!b) [[unlikely]]
       b = attach();
-    if (!b || b == ended) [[unlikely]] {  // counted straight into the totals
+    if (!b || b == ended) [[unlikely]] {
       auto& t = totals();
       std::lock_guard lock(t.mutex);
-      t.retired[i] += delta;
+      f(t.orphans.v);
       return;
     }
-    b->v[i].store(b->v[i].load(relaxed) + delta, relaxed);
+    f(b->v);
+  }
+  /// Adds `delta` (wrapping) to counter `i` of the calling thread's block.
+  static void add(std::size_t i, std::uint64_t delta = 1) noexcept {
+    update([&](counters v) { bump(v, i, delta); });
   }
   /// Counter `i` summed over every thread.
   static std::uint64_t sum(std::size_t i) noexcept {
     auto& t = totals();
     std::lock_guard lock(t.mutex);
-    std::uint64_t n = t.retired[i];
+    std::uint64_t n = t.retired[i] + t.orphans.v[i].load(relaxed);
     for (const block* b : t.live)
       n += b->v[i].load(relaxed);
     return n;
@@ -43,7 +55,7 @@ public:
     auto& t = totals();
     std::lock_guard lock(t.mutex);
     for (std::size_t i = 0; i < N; ++i)
-      out[i] = t.retired[i];
+      out[i] = t.retired[i] + t.orphans.v[i].load(relaxed);
     for (const block* b : t.live)
       for (std::size_t i = 0; i < N; ++i)
         out[i] += b->v[i].load(relaxed);
@@ -61,6 +73,7 @@ private:
   struct all_blocks {
     std::mutex mutex;
     std::uint64_t retired[N] = {};
+    block orphans;  // counted under the lock by threads without a block
     std::vector<block*> live;
   };
   static all_blocks& totals() {

@@ -87,11 +87,12 @@ namespace {
 
 /// Completes `n` (its last completion arrived, or it was retired by a later one) with `ec`, reported
 /// operation_aborted when a terminal cancellation moved the queue pair to the error state for it.
-void finish(wr_node* n, error_code ec, const ibv_wc* wc, completion_mode mode) {
+/// Always inlined: a call of its own costs every operation more than the metrics' test it holds.
+[[gnu::always_inline]] inline void finish(wr_node* n, error_code ec, const ibv_wc* wc, completion_mode mode) {
   if (ec && n->cancelled) ec = boost::asio::error::operation_aborted;
   if (n->on_complete) n->on_complete(n, ec);
   if (metrics_on()) [[unlikely]]
-    note_finished(n, ec, wc);
+    note_finished(n, ec, wc, true);
   n->state = node_state::done;
   n->complete(n, ec, wc, mode);
 }
@@ -278,7 +279,7 @@ void queue_pair_impl::attach_srq(ibv_pd* pd, shared_receive_queue_impl* srq) {
 void queue_pair_impl::fail(wr_node* n, error_code ec) {
   if (n->on_complete) n->on_complete(n, ec);
   if (metrics_on()) [[unlikely]]
-    note_finished(n, ec, nullptr);
+    note_finished(n, ec, nullptr, false);
   n->complete(n, ec, nullptr, completion_mode::post);
 }
 

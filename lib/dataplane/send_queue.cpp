@@ -2,7 +2,6 @@
 // operation is posted at once, signaled; inside one it joins its queue pair's list, posted when the turn ends
 // (or when the list is full) by one ibv_post_send with only its last request signaled. An RC send queue
 // completes in order, so the completion of a signaled request retires every request posted before it.
-#include "core/metrics.hpp"
 #include "dataplane/cq_impl.hpp"
 #include "dataplane/dispatch_turn.hpp"
 #include "dataplane/qp_impl.hpp"
@@ -12,8 +11,6 @@ namespace coverbs::detail {
 void queue_pair_impl::submit(wr_node* n) {
   work_queue& q = queue_of(n);
   q.credits -= n->credits;
-  if (metrics_on()) [[unlikely]]
-    note_posted(n);
   if (n->is_recv) return post_recv_now(n);
   if (n->credits == 1 && !n->post) [[likely]] {
     if (dispatch_turn* turn = dispatch_turn::current()) {

@@ -176,7 +176,7 @@ shared_receive_queue_impl::~shared_receive_queue_impl() {
 
 void shared_receive_queue_impl::fail(wr_node* n, error_code ec) {
   if (metrics_on() && n->is_recv) [[unlikely]]
-    note_finished(n, ec, nullptr);
+    note_finished(n, ec, nullptr, false);
   n->state = node_state::done;
   n->complete(n, ec, nullptr, completion_mode::post);
 }
@@ -213,8 +213,6 @@ void shared_receive_queue_impl::post_now(wr_node* n) {
   }
   --credits_;
   n->pending = 1;
-  if (metrics_on()) [[unlikely]]
-    note_posted(n);
   ibv_recv_wr* bad = nullptr;
   if (const int rc = ibv_post_srq_recv(srq_, &n->wr.recv, &bad); rc != 0) {
     ++credits_;
@@ -243,7 +241,7 @@ void shared_receive_queue_impl::on_completion(wr_node* n, const ibv_wc& wc, comp
     while (!waiting_.empty() && credits_ > 0)
       post_now(waiting_.pop());
   if (metrics_on()) [[unlikely]]
-    note_finished(n, ec, &wc);
+    note_finished(n, ec, &wc, true);
   n->state = node_state::done;
   n->complete(n, ec, &wc, mode);
 }
