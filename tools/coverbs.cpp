@@ -5,12 +5,14 @@
 //                               two connected queue pairs), then print the memory-window counters
 //   coverbs reg-latency ...     registration latency percentiles: sync, async, cache, pool (see --help)
 //   coverbs stress ...          registration stress from several threads, failures by errno (see --help)
+//   coverbs stats HOST:PORT     a running program's metrics (its /metrics), grouped (see --help)
 //   coverbs --help
 #include <coverbs/coverbs.hpp>
 
 #include <coverbs_support/command_line.hpp>
 #include <coverbs_support/json_output.hpp>
 #include "registration_commands.hpp"
+#include "stats_command.hpp"
 
 #include <boost/asio/io_context.hpp>
 
@@ -25,12 +27,14 @@ const char* const usage =
     "usage: coverbs devices [--json | --windows]\n"
     "       coverbs reg-latency [--size 4K..1G] [--percentiles 50,99,99.9] [--iters N] [--device NAME] [--json]\n"
     "       coverbs stress [--size 1G] [--count N] [--threads T] [--device NAME]\n"
+    "       coverbs stats HOST:PORT [--path /metrics] [--raw]\n"
     "  devices             list RDMA devices: memory-window types, limits, default GID of port 1\n"
     "  devices --windows   self-test a bind, rebind and invalidation of each window type on each\n"
     "                      device, then print the memory-window counters of this process\n"
     "  reg-latency         registration latency by size: synchronous ibv_reg_mr, through the worker\n"
     "                      pool, a registration-cache hit, a pool allocation\n"
-    "  stress              register and deregister from several threads; failures by errno\n";
+    "  stress              register and deregister from several threads; failures by errno\n"
+    "  stats               a running program's metrics over HTTP (Prometheus text), grouped\n";
 
 const char* const devices_usage =
     "usage: coverbs devices [--json | --windows]\n"
@@ -140,11 +144,13 @@ int main(int argc, char** argv) {
   list->add_flag("--windows", self_test)->excludes(list->get_option("--json"));
   const auto reg_latency = coverbs::cli::add_reg_latency(app);
   const auto stress = coverbs::cli::add_stress(app);
+  const auto stats = coverbs::cli::add_stats(app);
   if (const auto status = command_line::parse(app, argc, argv)) return *status;
-  if (app.get_subcommands().empty()) return command_line::bad("coverbs", "say what to run: devices, reg-latency or stress");
+  if (app.get_subcommands().empty()) return command_line::bad("coverbs", "say what to run: devices, reg-latency, stress or stats");
   try {
     if (app.got_subcommand("reg-latency")) return reg_latency();
     if (app.got_subcommand("stress")) return stress();
+    if (app.got_subcommand("stats")) return stats();
     return self_test ? windows() : devices(json);
   } catch (const coverbs::system_error& e) {
     std::fprintf(stderr, "coverbs: %s\n", e.what());

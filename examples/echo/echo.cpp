@@ -19,6 +19,7 @@
 #include "common/command_line.hpp"
 #include "common/completions.hpp"
 #include "common/device_watch.hpp"
+#include "common/metrics_port.hpp"
 #include "common/peer.hpp"
 #include "common/run.hpp"
 
@@ -47,6 +48,7 @@ constexpr const char* usage_text =
     "echo: an rdma_cm echo server and its client in one program (a coverbs example).\n"
     "\n"
     "  echo --self-test [--clients K] [--messages N] [--srq [--srq-depth D]] [--address ADDR]\n"
+    "      [--metrics-port N]\n"
     "      the server and K clients (default 4) in one process and one io_context, on ADDR (default\n"
     "      10.77.0.1, the Soft-RoCE guest's rxe0); exit status 0 only if every echoed byte was verified.\n"
     "  echo --listen ADDR PORT [--connections N] [--srq [--srq-depth D]]\n"
@@ -69,6 +71,8 @@ constexpr const char* usage_text =
     "client silent for 20 s, and a disconnect waits 20 s at most for its answer. The device's events are\n"
     "read (coverbs::device_events): a port going down ends the connections on it at once, reported as\n"
     "the port's error (errc::port_error), and the server goes on serving.\n"
+    "--metrics-port N (any role): serve coverbs' metrics at http://0.0.0.0:N/metrics (Prometheus text; read\n"
+    "them with curl or `coverbs stats HOST:N`); counting is on while it is given.\n"
     "Limits: --clients 1..32 (1..64 with --srq), --messages 1..1000000, --connections 0..1000000,\n"
     "--srq-depth 1..512.\n"
     "What the server holds: one protection domain and one completion queue for every connection; its depth\n"
@@ -694,18 +698,20 @@ int run(const example::command_line& cmd, unsigned clients, std::size_t messages
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::uint64_t clients = 4, messages = 400, connections = 0, srq_depth = 0;
+  std::uint64_t clients = 4, messages = 400, connections = 0, srq_depth = 0, metrics_port = 0;
   bool srq = false;
   constexpr unsigned serving = example::in_self_test | example::in_listen;
   return example::run_main(argc, argv, "echo", usage_text,
                            {{"--clients", &clients, 1, max_clients_srq, example::in_self_test},
                             {"--messages", &messages, 1, 1000000, example::in_self_test | example::in_connect},
                             {"--connections", &connections, 0, 1000000, example::in_listen},
-                            {"--srq-depth", &srq_depth, 1, max_srq_depth, serving}},
+                            {"--srq-depth", &srq_depth, 1, max_srq_depth, serving},
+                            {"--metrics-port", &metrics_port, 1, 65535, example::in_any_role}},
                            {{"--srq", &srq, serving}}, [&](const example::command_line& cmd) {
                              server_config sizes;
                              if (const auto why = size_server(cmd, srq, srq_depth, clients, connections, sizes))
                                return ::command_line::bad(argc > 0 ? argv[0] : "echo", *why);
+                             const example::metrics_port metrics(metrics_port, "echo");
                              return run(cmd, static_cast<unsigned>(clients), messages, sizes);
                            });
 }

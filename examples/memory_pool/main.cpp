@@ -59,6 +59,7 @@
 #include "server.hpp"
 
 #include "common/command_line.hpp"
+#include "common/metrics_port.hpp"
 
 #include <coverbs_support/command_line.hpp>
 #include <coverbs_support/size_argument.hpp>
@@ -79,7 +80,7 @@ namespace {
 
 constexpr const char* usage_text =
     "usage: memory_pool_server --listen ADDR PORT [--pool-size BYTES] [--slot-size BYTES] [--ready-file FILE]\n"
-    "                          [--tenants-per-connection N] [--hold-seconds S] [--json]\n"
+    "                          [--tenants-per-connection N] [--hold-seconds S] [--metrics-port N] [--json]\n"
     "       memory_pool_server --connect ADDR PORT [--clients N] [--ops N] [--size BYTES] [--after-compaction]\n"
     "                          [--timeout SECONDS] [--json]\n"
     "       memory_pool_server --connect ADDR PORT --admin compact [--waiting N] | --admin status\n"
@@ -127,6 +128,8 @@ constexpr const char* usage_text =
     "                       server's --tenants-per-connection; exit 0 when it alone refused)\n"
     "Both\n"
     "  --json               print the statistics as one JSON line\n"
+    "  --metrics-port N     serve coverbs' metrics at http://0.0.0.0:N/metrics (Prometheus text; read them\n"
+    "                       with curl or `coverbs stats HOST:N`); counting is on while it is given\n"
     "\n"
     "Exit status: 0 when every step held, 1 when one failed, 2 for a bad command line.\n"
     "\n"
@@ -153,7 +156,7 @@ int main(int argc, char** argv) {
   std::uint64_t port = 0, pool_size = server.pool_size, slot_size = server.slot_size, clients = client.clients,
                 ops = client.ops, size = client.size, waiting = 0, timeout = client.timeout,
                 per_connection = server.tenants_per_connection, hold = static_cast<std::uint64_t>(server.hold.count()),
-                grab = 0;
+                grab = 0, metrics_port = 0;
   const example::numeric_option numeric[] = {
       {"--pool-size", &pool_size, 4096, 64ull << 30, in_listen, true},
       {"--slot-size", &slot_size, 64, 1ull << 30, in_listen, true},
@@ -165,6 +168,7 @@ int main(int argc, char** argv) {
       {"--size", &size, 1, 1ull << 30, in_connect, true},
       {"--waiting", &waiting, 0, 4096, in_connect},
       {"--timeout", &timeout, 1, 3600, in_connect},
+      {"--metrics-port", &metrics_port, 1, 65535, in_listen | in_connect},
   };
   CLI::App app{"", prog};
   ::command_line::describe(app, usage_text);
@@ -231,6 +235,13 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s: %s\n", prog.c_str(), why->c_str());
       return 1;
     }
+  std::optional<example::metrics_port> metrics;
+  try {
+    metrics.emplace(metrics_port, "memory_pool_server");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", prog.c_str(), e.what());
+    return 1;
+  }
   if (*mode == role::listen) {
     server.address = address;
     server.port = static_cast<std::uint16_t>(port);

@@ -19,6 +19,7 @@
 #include <coverbs/memory_window.hpp>
 #include <coverbs/message_endpoint.hpp>
 #include <coverbs/message_header.hpp>
+#include <coverbs/metrics.hpp>
 #include <coverbs/outstanding_work.hpp>
 #include <coverbs/protection_domain.hpp>
 #include <coverbs/queue_pair.hpp>

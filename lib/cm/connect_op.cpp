@@ -3,6 +3,7 @@
 #include "cm/connect_op.hpp"
 
 #include "cm/connection_impl.hpp"
+#include "core/metrics.hpp"
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/error.hpp>
@@ -10,10 +11,14 @@
 namespace coverbs::detail {
 
 void connect_op::established(std::shared_ptr<connection_impl> c) {
+  tally(metric::connected);
   complete({}, cm_access::make_connection(std::move(c)), false);
 }
 
-void connect_op::failed(error_code ec, bool post) { complete(ec, connection{}, post); }
+void connect_op::failed(error_code ec, bool post) {
+  tally(metric::connect_failed);
+  complete(ec, connection{}, post);
+}
 
 void connect_op::cancel(const std::weak_ptr<connect_op>& weak) {
   auto op = weak.lock();

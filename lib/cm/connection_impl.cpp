@@ -6,6 +6,7 @@
 
 #include "cm/address.hpp"
 #include "cm/completion.hpp"
+#include "core/metrics.hpp"
 #include "core/work_phrase.hpp"
 #include "dataplane/cq_impl.hpp"
 #include "dataplane/qp_impl.hpp"
@@ -142,6 +143,9 @@ void connection_impl::on_event(const cm_event& e) {
 void connection_impl::fail_or_drop(errc why) {
   if (op_) return fail(why, false);
   if (phase_ != phase::established && phase_ != phase::disconnecting) return;
+  tally(why != errc::connection_reset     ? metric::disconnected_on_error
+        : phase_ == phase::disconnecting ? metric::disconnected_locally
+                                          : metric::disconnected_by_peer);
   // The queue pair is not attached to the cm_id, so rdma_cm leaves it alone: flush it ourselves.
   if (!error_) error_ = why;
   if (qp_) impl_of(*qp_)->to_error(error_);

@@ -6,6 +6,7 @@
 #include "cm/completion.hpp"
 #include "cm/address.hpp"
 #include "cm/handed_request.hpp"
+#include "core/metrics.hpp"
 #include "core/work_phrase.hpp"
 
 #include <boost/asio/error.hpp>
@@ -102,7 +103,7 @@ void listener_impl::on_request(const cm_event& e) {
   } catch (...) {
     rdma_destroy_id(e.id);  // not taken over: reject it here
     if (raw) rdma_destroy_event_channel(raw);
-    ++stats_.failed;
+    tally(stats_.failed, metric::refused);
     return finish(owner, current_error(), nullptr, false);
   }
   auto h = std::make_shared<handshake_op>();
@@ -133,15 +134,15 @@ void listener_impl::on_handshake(const std::shared_ptr<handshake_op>& h, error_c
     } else if (!h->options.pd && ready_.size() < most_handshakes()) {
       ready_.emplace_back(h, std::move(c));  // its own pd and cq: it waits for the next accept like it
     } else {
-      ++stats_.dropped;
+      tally(stats_.dropped, metric::half_open_reaped);
       drop(std::move(c));
     }
   } else if (ec == asio::error::timed_out) {
-    ++stats_.timed_out;
+    tally(stats_.timed_out, metric::half_open_reaped);
   } else if (peer_gave_up(ec)) {
-    ++stats_.abandoned;
+    tally(stats_.abandoned, metric::half_open_reaped);
   } else if (ec != asio::error::operation_aborted) {
-    ++stats_.failed;  // this side's failure (resources, options): the accept hears of it
+    tally(stats_.failed, metric::refused);  // this side's failure (resources, options): the accept hears of it
     if (owner && std::find(accepts_.begin(), accepts_.end(), owner) != accepts_.end())
       finish(owner, ec, nullptr, false);
   }
@@ -173,7 +174,7 @@ void listener_impl::finish(std::shared_ptr<accept_op> op, error_code ec, std::sh
       if (h->owner == op) h->owner.reset();
     if (ec) settle();
   }
-  if (c) ++stats_.accepted;
+  if (c) tally(stats_.accepted, metric::accepted);
   op->complete(ec, c ? cm_access::make_connection(std::move(c)) : connection{}, post);
   if (orphans && !ec)
     asio::post(ex_, [weak = weak_from_this()] {
@@ -194,7 +195,7 @@ void listener_impl::settle() {
       } else if (h.options.pd) {
         ending.push_back(*it);
         it = handshakes_.erase(it);
-        ++stats_.dropped;
+        tally(stats_.dropped, metric::half_open_reaped);
         continue;
       }
     }

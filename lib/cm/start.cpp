@@ -15,6 +15,7 @@
 #include "cm/listener_impl.hpp"
 #include "cm/multicast_impl.hpp"
 #include "cm/resolve_op.hpp"
+#include "core/metrics.hpp"
 #include "dataplane/qp_impl.hpp"
 
 #include <boost/asio/dispatch.hpp>
@@ -160,7 +161,7 @@ void start_accept(listener_impl& l, const asio::any_io_executor& peer, const con
   if (ready != l.ready_.end()) {
     std::shared_ptr<connection_impl> c = std::move(ready->second);
     l.ready_.erase(ready);
-    ++l.stats_.accepted;
+    tally(l.stats_.accepted, metric::accepted);
     return op->complete({}, cm_access::make_connection(std::move(c)), true);
   }
   op->listener = l.shared_from_this();

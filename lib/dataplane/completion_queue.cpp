@@ -1,6 +1,7 @@
 #include <coverbs/completion_queue.hpp>
 #include <coverbs/device.hpp>
 
+#include "core/metrics.hpp"
 #include "dataplane/cq_impl.hpp"
 #include "dataplane/dispatch_turn.hpp"
 #include "dataplane/qp_impl.hpp"
@@ -162,6 +163,8 @@ void cq_impl::rethrow_pending() {
 
 void cq_impl::yield_turn() {
   ++stats_.yields;
+  if (metrics_on()) [[unlikely]]
+    note(metric::capped_turns);
   if (options_.spin.count() > 0)
     defer_step(step_handler<&cq_impl::spin_step>(shared_from_this()));
   else
@@ -229,7 +232,11 @@ void cq_impl::spin_step(owner self) {
     }
   }
   // Every step is a handler of its own: the rest of the loop runs between two steps.
-  if (turn_full_) ++stats_.yields;
+  if (turn_full_) {
+    ++stats_.yields;
+    if (metrics_on()) [[unlikely]]
+      note(metric::capped_turns);
+  }
   defer_step(step_handler<&cq_impl::spin_step>(std::move(self)));
   rethrow_pending();
 }
@@ -242,6 +249,8 @@ bool cq_impl::pop(ibv_wc& wc) {
     } else {
       ++stats_.polls;
       const int n = ibv_poll_cq(cq_, static_cast<int>(batch_.size()), batch_.data());
+      if (metrics_on()) [[unlikely]]
+        n > 0 ? note_poll(n) : note(metric::empty_polls);
       if (n <= 0) {
         if (n < 0) std::fprintf(stderr, "coverbs: ibv_poll_cq failed (%d)\n", n);
         batch_pos_ = batch_len_ = 0;

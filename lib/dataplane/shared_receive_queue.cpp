@@ -1,6 +1,7 @@
 #include <coverbs/protection_domain.hpp>
 #include <coverbs/shared_receive_queue.hpp>
 
+#include "core/metrics.hpp"
 #include "dataplane/cq_impl.hpp"
 #include "dataplane/grh_slots.hpp"
 #include "verbs/device_internal.hpp"
@@ -174,6 +175,8 @@ shared_receive_queue_impl::~shared_receive_queue_impl() {
 }
 
 void shared_receive_queue_impl::fail(wr_node* n, error_code ec) {
+  if (metrics_on() && n->is_recv) [[unlikely]]
+    note_finished(n, ec, nullptr, false);
   n->state = node_state::done;
   n->complete(n, ec, nullptr, completion_mode::post);
 }
@@ -196,6 +199,8 @@ void shared_receive_queue_impl::start(wr_node* n, error_code ec) {
   if (!waiting_.empty() || credits_ == 0) {
     n->state = node_state::waiting_credit;
     waiting_.push(n);
+    if (metrics_on()) [[unlikely]]
+      note(metric::recv_credit_waits);
     return;
   }
   post_now(n);
@@ -235,6 +240,8 @@ void shared_receive_queue_impl::on_completion(wr_node* n, const ibv_wc& wc, comp
   if (!closing_)
     while (!waiting_.empty() && credits_ > 0)
       post_now(waiting_.pop());
+  if (metrics_on()) [[unlikely]]
+    note_finished(n, ec, &wc, true);
   n->state = node_state::done;
   n->complete(n, ec, &wc, mode);
 }

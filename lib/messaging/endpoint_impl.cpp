@@ -1,5 +1,6 @@
 #include "messaging/endpoint_impl.hpp"
 
+#include "core/metrics.hpp"
 #include "core/work_phrase.hpp"
 #include "dataplane/qp_impl.hpp"
 
@@ -153,6 +154,7 @@ void endpoint_impl::on_receive(std::uint32_t slot, error_code ec, std::size_t by
     ++stats_.credit_updates_received;
     post_receive(slot);
     ledger_.reposted(true);
+    tally(metric::receives_reposted);
     pump();
     schedule_credit_check();
     return;
@@ -387,6 +389,7 @@ void endpoint_impl::release(std::uint32_t slot) noexcept {
   if (!healthy()) return;
   post_receive(slot);
   ledger_.reposted(false);
+  tally(metric::receives_reposted);
   schedule_credit_check();
 }
 

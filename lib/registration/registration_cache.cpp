@@ -1,5 +1,7 @@
 #include <coverbs/registration_cache.hpp>
 
+#include "core/metrics.hpp"
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 
@@ -198,6 +200,14 @@ std::uintptr_t address(const void* p) noexcept { return reinterpret_cast<std::ui
 cache_state::cache_state(const cache_options& options)
     : max_entries_(options.max_entries), max_bytes_(options.max_bytes_pinned) {
   if (options.monitor) monitor_ = std::make_unique<unmap_monitor>();
+  metrics_ = enroll_metrics([this](metrics::snapshot& out, bool) {
+    std::lock_guard lock(mutex_);
+    auto& r = out.registration;
+    r.cache_hits += hits_;
+    r.cache_misses += misses_;
+    r.cache_evictions += evictions_;
+    r.cache_invalidations += invalidations_;
+  });
 }
 
 cache_state::~cache_state() {

@@ -1,5 +1,6 @@
 #include <coverbs/registration_service.hpp>
 
+#include "core/metrics.hpp"
 #include "verbs/region_registry.hpp"
 #include "verbs/registration_errors.hpp"
 
@@ -59,7 +60,17 @@ registration_service& default_registration_service() {
 
 namespace detail {
 ibv_mr* accounting::reg(ibv_pd* pd, std::span<std::byte> buffer, access rights, error_code& ec) noexcept {
-  ibv_mr* mr = verbs->reg_mr(pd, buffer, rights, ec);
+  if (metrics_on()) [[unlikely]] {
+    const auto start = std::chrono::steady_clock::now();
+    ibv_mr* mr = verbs->reg_mr(pd, buffer, rights, ec);
+    const auto took = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
+    if (mr) note_registration(mr->length, static_cast<std::uint64_t>(took.count()));
+    return counted(mr);
+  }
+  return counted(verbs->reg_mr(pd, buffer, rights, ec));
+}
+
+ibv_mr* accounting::counted(ibv_mr* mr) noexcept {
   if (mr) {
     registered.fetch_add(1, std::memory_order_relaxed);
     bytes_held.fetch_add(static_cast<std::int64_t>(mr->length), std::memory_order_relaxed);
@@ -111,6 +122,15 @@ registration_core::registration_core(std::shared_ptr<registrar> verbs, const reg
                          : options.scheduling == worker_scheduling::idle ? SCHED_IDLE
                                                                          : -1), pool_(std::max<std::size_t>(1, options.threads)) {
   acct_->verbs = std::move(verbs);
+  metrics_ = enroll_metrics([acct = acct_](metrics::snapshot& out, bool retiring) {
+    const auto get = [](const auto& v) { return v.load(std::memory_order_relaxed); };
+    auto& r = out.registration;
+    r.registered += get(acct->registered);
+    r.deregistered += get(acct->deregistered);
+    r.failed += get(acct->failed);
+    r.retries += get(acct->retries);
+    if (!retiring) r.bytes_held += get(acct->bytes_held);
+  });
 }
 
 registration_core::~registration_core() { shutdown(); }

@@ -144,6 +144,9 @@ private:
   /// made: `apply_events` finding nothing queued takes the lock while it is set, since the events it must
   /// see may be the ones being applied.
   std::atomic<bool> applying_{false};
+  /// Its enrollment in coverbs::metrics::read() (hits, misses, evictions, invalidations); last, so it goes
+  /// first.
+  std::shared_ptr<void> metrics_;
 };
 
 } // namespace detail

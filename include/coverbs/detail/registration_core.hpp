@@ -55,6 +55,8 @@ struct accounting {
 
   /// Runs the registrar's reg_mr and counts a success.
   ibv_mr* reg(ibv_pd* pd, std::span<std::byte> buffer, access rights, error_code& ec) noexcept;
+  /// Counts `mr`, a registration reg made (or nothing), and returns it.
+  ibv_mr* counted(ibv_mr* mr) noexcept;
   /// Runs the registrar's dereg_mr and counts a success.
   error_code dereg(ibv_mr* mr) noexcept;
 };
@@ -176,6 +178,8 @@ private:
   std::list<std::shared_ptr<request>> queue_;
   std::vector<std::shared_ptr<request>> shared_queue_;
   boost::asio::thread_pool pool_;
+  /// Its enrollment in coverbs::metrics::read() (the counters of `acct_`); last, so it goes first.
+  std::shared_ptr<void> metrics_;
 };
 
 } // namespace detail

@@ -1,0 +1,41 @@
+#pragma once
+/// @file
+/// `metrics::prometheus_exporter`: serves `metrics::read()` in Prometheus' text exposition format over HTTP
+/// (`GET /metrics`). An optional component: its own library, `coverbs_prometheus` (Meson: dependency
+/// `coverbs-prometheus`; CMake: `coverbs::prometheus`), built when Debian's `prometheus-cpp` is found
+/// (`-Dprometheus=enabled` requires it). The core library never needs it. Metric names: docs/metrics.md.
+
+#include <coverbs/metrics.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace coverbs::metrics {
+
+/// The snapshot `s` in Prometheus' text exposition format (version 0.0.4): what the exporter serves.
+std::string prometheus_text(const snapshot& s);
+
+/// An HTTP server on a thread of its own (prometheus-cpp's civetweb) that converts a fresh snapshot at
+/// every scrape. Switches counting on when made (`metrics::enable()`); destroying it stops the server and
+/// leaves counting as it is.
+/// @par Thread Safety Scrapes run on the server's threads and read the counters as `read()` does, while the
+/// loops run. Distinct objects: safe; one object: const members from any thread.
+class prometheus_exporter {
+public:
+  /// Listens on `address`:`port` (port 0: one the kernel chooses, see `port()`), path `/metrics`.
+  /// @throws std::runtime_error (from prometheus-cpp) when it cannot listen, e.g. the port is taken.
+  explicit prometheus_exporter(std::uint16_t port, const std::string& address = "0.0.0.0");
+  ~prometheus_exporter();
+  prometheus_exporter(const prometheus_exporter&) = delete;
+  prometheus_exporter& operator=(const prometheus_exporter&) = delete;
+
+  /// The port it listens on.
+  std::uint16_t port() const noexcept;
+
+private:
+  struct state;
+  std::unique_ptr<state> state_;
+};
+
+}  // namespace coverbs::metrics

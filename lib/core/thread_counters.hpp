@@ -1,0 +1,119 @@
+#pragma once
+// Private to lib/: counters that each thread adds to in a block of its own, with plain relaxed loads and
+// stores — no locked instruction on the data path (natively a locked add cost about 15 ns here) — and that
+// any thread sums. A thread's block is folded into the totals when the thread ends, so sums never go down.
+// Instantiate with a tag of internal linkage (in an unnamed namespace), in one translation unit.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace coverbs::detail {
+
+template <class Tag, std::size_t N>
+class thread_counters {
+public:
+  using counters = std::atomic<std::uint64_t>*;
+  /// Adds `delta` (wrapping) to counter `i` of `v` (what `update` hands its function).
+  static void bump(counters v, std::size_t i, std::uint64_t delta = 1) noexcept {
+    v[i].store(v[i].load(relaxed) + delta, relaxed);
+  }
+  /// Calls `f(v)` with the calling thread's counters `v` (N of them; add with `bump`): several counts for the
+  /// price of one look-up. A thread that is ending, or that found no memory for a block, counts under the
+  /// lock in a block the totals keep.
+  template <class F>
+  static void update(F&& f) noexcept {
+    block* b = current;
+    if (!b) [[unlikely]]
+      b = attach();
+    if (!b || b == ended) [[unlikely]] {
+      auto& t = totals();
+      std::lock_guard lock(t.mutex);
+      f(t.orphans.v);
+      return;
+    }
+    f(b->v);
+  }
+  /// Adds `delta` (wrapping) to counter `i` of the calling thread's block.
+  static void add(std::size_t i, std::uint64_t delta = 1) noexcept {
+    update([&](counters v) { bump(v, i, delta); });
+  }
+  /// Counter `i` summed over every thread.
+  static std::uint64_t sum(std::size_t i) noexcept {
+    auto& t = totals();
+    std::lock_guard lock(t.mutex);
+    std::uint64_t n = t.retired[i] + t.orphans.v[i].load(relaxed);
+    for (const block* b : t.live)
+      n += b->v[i].load(relaxed);
+    return n;
+  }
+  /// Every counter summed over every thread (one lock).
+  static void sum_all(std::uint64_t (&out)[N]) noexcept {
+    auto& t = totals();
+    std::lock_guard lock(t.mutex);
+    for (std::size_t i = 0; i < N; ++i)
+      out[i] = t.retired[i] + t.orphans.v[i].load(relaxed);
+    for (const block* b : t.live)
+      for (std::size_t i = 0; i < N; ++i)
+        out[i] += b->v[i].load(relaxed);
+  }
+
+private:
+  static constexpr auto relaxed = std::memory_order_relaxed;
+
+  /// One thread's counts. Only its thread writes them (load + store, no read-modify-write); readers load.
+  struct block {
+    std::atomic<std::uint64_t> v[N] = {};
+  };
+  /// Every live thread's block and what threads that ended had counted. Never destroyed: threads may still
+  /// count during static destruction.
+  struct all_blocks {
+    std::mutex mutex;
+    std::uint64_t retired[N] = {};
+    block orphans;  // counted under the lock by threads without a block
+    std::vector<block*> live;
+  };
+  static all_blocks& totals() {
+    static auto* t = new all_blocks;
+    return *t;
+  }
+
+  static inline block* const ended = reinterpret_cast<block*>(alignof(block));
+  // initial-exec: one load through the thread pointer (the default model for a shared library calls
+  // __tls_get_addr on every count); 8 bytes of static TLS, which glibc reserves room for.
+  [[gnu::tls_model("initial-exec")]] static inline thread_local block* current = nullptr;
+
+  /// Folds the thread's block into the totals when the thread ends.
+  struct block_owner {
+    block* b = nullptr;
+    ~block_owner() {
+      auto& t = totals();
+      std::lock_guard lock(t.mutex);
+      for (std::size_t i = 0; i < N; ++i)
+        t.retired[i] += b->v[i].load(relaxed);
+      std::erase(t.live, b);
+      delete b;
+      current = ended;
+    }
+  };
+
+  /// The calling thread's block, made on its first count; null when out of memory or the thread is ending.
+  [[gnu::noinline]] static block* attach() noexcept {
+    try {
+      thread_local block_owner owner;
+      auto b = std::make_unique<block>();
+      auto& t = totals();
+      std::lock_guard lock(t.mutex);
+      t.live.push_back(b.get());
+      owner.b = b.release();
+      return current = owner.b;
+    } catch (...) {
+      return nullptr;
+    }
+  }
+};
+
+}  // namespace coverbs::detail

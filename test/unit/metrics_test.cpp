@@ -1,0 +1,141 @@
+// coverbs/metrics.hpp: the snapshot's counters follow the operations a test performs, natively on the
+// software verbs device (test/fixtures/soft_verbs.hpp); off, nothing is counted. The same counts on rxe:
+// test/device/metrics_test.cpp.
+#include <coverbs/metrics.hpp>
+
+#include "fixtures/run_all.hpp"
+#include "fixtures/soft_pair.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <thread>
+
+namespace cv = coverbs;
+namespace asio = boost::asio;
+namespace metrics = coverbs::metrics;
+using test::run_all;
+
+namespace {
+
+const metrics::op_counters& row(const metrics::snapshot& s, metrics::op_kind k) {
+  return s.data_path.operations[static_cast<std::size_t>(k)];
+}
+
+/// Switches counting on for one test case and off again.
+struct counting_on {
+  counting_on() { metrics::enable(); }
+  ~counting_on() { metrics::disable(); }
+};
+
+}  // namespace
+
+TEST_CASE("the operation kinds have the names the exporter uses", "[metrics]") {
+  CHECK(std::string(metrics::name(metrics::op_kind::send)) == "send");
+  CHECK(std::string(metrics::name(metrics::op_kind::invalidate)) == "invalidate");
+  CHECK(metrics::histogram::upper_bound(0) == 1);
+  CHECK(metrics::histogram::upper_bound(1) == 3);
+  CHECK(metrics::histogram::upper_bound(metrics::histogram::bucket_count - 1) == UINT64_MAX);
+}
+
+TEST_CASE("switched off, the data path counts nothing", "[metrics]") {
+  metrics::disable();
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 8, 64);
+  const auto before = metrics::read();
+  CHECK_FALSE(before.enabled);
+  for (int i = 0; i < 10; ++i)
+    rig.a.async_write(rig.local_span(8), rig.remote_key(8), [](cv::error_code, std::size_t) {});
+  run_all(io);
+  const auto after = metrics::read();
+  CHECK(row(after, metrics::op_kind::write).posted == row(before, metrics::op_kind::write).posted);
+  CHECK(row(after, metrics::op_kind::write).completed == row(before, metrics::op_kind::write).completed);
+  CHECK(after.data_path.completions_per_poll.count == before.data_path.completions_per_poll.count);
+}
+
+TEST_CASE("switched on, posted and completed operations, bytes and errors are counted by kind", "[metrics]") {
+  counting_on on;
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 8, 4096);
+  const auto before = metrics::read();
+  CHECK(before.enabled);
+  constexpr int writes = 5, sends = 3;
+  for (int i = 0; i < writes; ++i)
+    rig.a.async_write(rig.local_span(100), rig.remote_key(100), [](cv::error_code ec, std::size_t) { CHECK(!ec); });
+  for (int i = 0; i < sends; ++i) {
+    rig.b.async_recv(rig.remote_span(512), [](cv::error_code ec, cv::received) { CHECK(!ec); });
+    rig.a.async_send(rig.local_span(300), [](cv::error_code ec, std::size_t) { CHECK(!ec); });
+  }
+  rig.a.async_read(rig.local_span(64), rig.remote_key(64), [](cv::error_code ec, std::size_t) { CHECK(!ec); });
+  run_all(io);
+  // A failed write, and the write behind it flushed.
+  rig.soft.fail_next(IBV_WC_REM_ACCESS_ERR);
+  rig.a.async_write(rig.local_span(8), rig.remote_key(8), [](cv::error_code, std::size_t) {});
+  rig.a.async_write(rig.local_span(8), rig.remote_key(8), [](cv::error_code, std::size_t) {});
+  run_all(io);
+  const auto after = metrics::read();
+  const auto delta = [&](metrics::op_kind k, std::uint64_t metrics::op_counters::*field) {
+    return row(after, k).*field - row(before, k).*field;
+  };
+  using metrics::op_counters;
+  using metrics::op_kind;
+  CHECK(delta(op_kind::write, &op_counters::posted) == writes + 2);
+  CHECK(delta(op_kind::write, &op_counters::completed) == writes);
+  CHECK(delta(op_kind::write, &op_counters::failed) == 2);
+  CHECK(delta(op_kind::write, &op_counters::bytes) == writes * 100);
+  CHECK(delta(op_kind::send, &op_counters::completed) == sends);
+  CHECK(delta(op_kind::send, &op_counters::bytes) == sends * 300);
+  CHECK(delta(op_kind::recv, &op_counters::posted) == sends);
+  CHECK(delta(op_kind::recv, &op_counters::completed) == sends);
+  CHECK(delta(op_kind::recv, &op_counters::bytes) == sends * 300);
+  CHECK(delta(op_kind::read, &op_counters::completed) == 1);
+  CHECK(delta(op_kind::read, &op_counters::bytes) == 64);
+  const auto wc = [&](cv::wc_errc e) {
+    const auto i = static_cast<std::size_t>(e);
+    return after.data_path.wc_errors[i] - before.data_path.wc_errors[i];
+  };
+  CHECK(wc(cv::wc_errc::rem_access_err) == 1);
+  CHECK(wc(cv::wc_errc::wr_flush_err) == 1);
+  const auto& polls = after.data_path.completions_per_poll;
+  CHECK(polls.count > before.data_path.completions_per_poll.count);
+  CHECK(polls.sum - before.data_path.completions_per_poll.sum == writes + 2 * sends + 1 + 2);
+}
+
+TEST_CASE("an operation refused before posting counts as failed with its errc", "[metrics]") {
+  counting_on on;
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 8, 64);
+  const auto before = metrics::read();
+  // 8 bytes from a remote range of 4: refused before posting.
+  rig.a.async_write(rig.local_span(8), rig.remote_key(4),
+                    [](cv::error_code ec, std::size_t) { CHECK(ec == cv::errc::remote_range_too_small); });
+  run_all(io);
+  const auto after = metrics::read();
+  const auto i = static_cast<std::size_t>(cv::errc::remote_range_too_small);
+  CHECK(after.data_path.errc_errors[i] - before.data_path.errc_errors[i] == 1);
+  CHECK(row(after, metrics::op_kind::write).failed - row(before, metrics::op_kind::write).failed == 1);
+  CHECK(row(after, metrics::op_kind::write).posted == row(before, metrics::op_kind::write).posted);
+}
+
+TEST_CASE("operations waiting for a send credit are counted", "[metrics]") {
+  counting_on on;
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 2, 64);
+  const auto before = metrics::read().data_path.send_credit_waits;
+  for (int i = 0; i < 6; ++i)
+    rig.a.async_write(rig.local_span(8), rig.remote_key(8), [](cv::error_code, std::size_t) {});
+  run_all(io);
+  CHECK(metrics::read().data_path.send_credit_waits - before == 4);
+}
+
+TEST_CASE("counts of a thread that has ended stay in the snapshot", "[metrics][threads]") {
+  counting_on on;
+  const auto before = row(metrics::read(), metrics::op_kind::write).completed;
+  std::thread([] {
+    asio::io_context io;
+    soft_verbs::soft_pair rig(io, 8, 64);
+    for (int i = 0; i < 3; ++i)
+      rig.a.async_write(rig.local_span(8), rig.remote_key(8), [](cv::error_code, std::size_t) {});
+    run_all(io);
+  }).join();
+  CHECK(row(metrics::read(), metrics::op_kind::write).completed - before == 3);
+}
