@@ -287,9 +287,13 @@ TEST_CASE("a bulk descriptor longer than the callee allows is refused with bulk_
                                  asio::use_awaitable);
     // A plain request, no descriptor.
     co_await s.endpoint().async_call(std::span(none), asio::use_awaitable);
-    // 4 KiB read-only: the read goes through (the queue pair is healthy); the write is refused for the right.
-    co_await cv::async_bulk_call(s.endpoint(), c.windows, c.mr, {4096, 4096}, cv::access::remote_read,
-                                 std::span(none, 0), asio::use_awaitable);
+    // 4 KiB read-only, through a lease granted beforehand (which the call takes): the read goes through (the queue
+    // pair is healthy); the write is refused for the right. The lease is revoked when the call completes.
+    cv::window_lease lease = co_await c.windows.async_lease(s.endpoint().get_queue_pair(), c.mr, {4096, 4096},
+                                                            cv::access::remote_read, {}, asio::use_awaitable);
+    co_await cv::async_bulk_call(s.endpoint(), std::move(lease), cv::access::remote_read, asio::buffer(none, 0),
+                                 asio::use_awaitable);
+    CHECK(c.windows.free() == c.windows.size());
     co_await s.async_close(asio::use_awaitable);
   });
   REQUIRE(refusals.size() == 5);
