@@ -17,6 +17,7 @@
 #include <coverbs/loop_pool.hpp>
 #include <coverbs/memory_region.hpp>
 #include <coverbs/memory_window.hpp>
+#include <coverbs/bulk.hpp>
 #include <coverbs/message_endpoint.hpp>
 #include <coverbs/message_header.hpp>
 #include <coverbs/metrics.hpp>

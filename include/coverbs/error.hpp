@@ -299,6 +299,16 @@ enum class errc : int {
   /// (`connection::prepared()`): connect or accept it with `session_options` (`async_connect_session`,
   /// `async_serve`). Equivalent to `boost::system::errc::invalid_argument`.
   not_a_session_connection,
+
+  // --- bulk transfers (bulk.hpp) ---
+  /// A bulk descriptor (bulk.hpp) names more bytes than this side allows: `async_bulk_read` of a region longer
+  /// than the local span, `async_bulk_write` of a span longer than the region. Refused before posting; the queue
+  /// pair stays healthy. Equivalent to `boost::system::errc::message_size` (EMSGSIZE).
+  bulk_too_large,
+  /// A message that should start with a bulk descriptor does not (too short, wrong magic, unknown rights), or
+  /// the descriptor lacks the right the transfer needs (remote_read to read it, remote_write to write into it).
+  /// Refused before posting. Equivalent to `boost::system::errc::invalid_argument`.
+  bad_bulk_descriptor,
 };
 
 /// The category of `wc_errc` values; name "coverbs.wc".

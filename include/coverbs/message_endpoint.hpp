@@ -140,6 +140,9 @@ public:
 
   executor_type get_executor() const noexcept { return ex_; }
   std::size_t slot_size() const noexcept;
+  /// The queue pair the endpoint posts on (e.g. to bind a window through it for a bulk call, bulk.hpp).
+  /// @throws system_error `errc::endpoint_closed` on a moved-from endpoint.
+  queue_pair& get_queue_pair() const;
   /// The peer's `message_options::slot_size`, from its headers; 0 until its first one arrived (until then
   /// nothing is sent: there is no credit either).
   std::size_t peer_slot_size() const noexcept;

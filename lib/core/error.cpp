@@ -104,6 +104,8 @@ boost::system::error_condition coverbs_category_impl::default_error_condition(in
   case errc::srq_transport_mismatch: return make_error_condition(sys::invalid_argument);
   case errc::message_too_large: return make_error_condition(sys::message_size);
   case errc::endpoint_closed: return make_error_condition(sys::not_connected);
+  case errc::bulk_too_large: return make_error_condition(sys::message_size);
+  case errc::bad_bulk_descriptor: return make_error_condition(sys::invalid_argument);
   case errc::not_a_session_connection: return make_error_condition(sys::invalid_argument);
   default: return {ev, *this};
   }
@@ -331,6 +333,14 @@ std::string coverbs_category_impl::message(int ev) const {
   case errc::endpoint_closed:
     return "the message endpoint was closed (or moved from): nothing was posted; make a new endpoint on a "
            "connected queue pair";
+  case errc::bulk_too_large:
+    return "the bulk descriptor names more bytes than this side allows (a region longer than the local span to "
+           "read it into, or a span longer than the region to write it to): nothing was posted and the queue pair "
+           "stays healthy; refuse the request, or read or write it in parts";
+  case errc::bad_bulk_descriptor:
+    return "the message does not start with a bulk descriptor (shorter than bulk_descriptor::wire_size, a wrong "
+           "magic, unknown rights), or the descriptor lacks the right the transfer needs (remote_read to read the "
+           "region, remote_write to write into it): nothing was posted";
   case errc::session_handler_threw:
     return "the session's coroutine ended with an exception that carries no error code (session_report::diagnostic "
            "holds its what()): the session was closed; throw system_error to report a reason of your own";

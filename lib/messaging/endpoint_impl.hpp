@@ -64,6 +64,7 @@ public:
 
   const message_endpoint::executor_type& executor() const noexcept { return ex_; }
   std::size_t slot_size() const noexcept { return options_.slot_size; }
+  queue_pair& qp() const noexcept { return *qp_; }
   std::size_t peer_slot_size() const noexcept { return peer_slot_size_; }
   error_code error() const noexcept { return error_; }
   const std::string& diagnostic() const noexcept { return diagnostic_; }

@@ -39,6 +39,11 @@ void message_endpoint::shutdown() noexcept {
 
 std::size_t message_endpoint::slot_size() const noexcept { return impl_ ? impl_->slot_size() : 0; }
 
+queue_pair& message_endpoint::get_queue_pair() const {
+  if (!impl_) throw system_error(make_error_code(errc::endpoint_closed), "message_endpoint::get_queue_pair");
+  return impl_->qp();
+}
+
 std::size_t message_endpoint::peer_slot_size() const noexcept { return impl_ ? impl_->peer_slot_size() : 0; }
 
 error_code message_endpoint::error() const noexcept {
