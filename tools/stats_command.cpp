@@ -48,19 +48,38 @@ struct sample {
 };
 using samples = std::map<std::string, std::vector<sample>>;  // by metric name (a histogram's _bucket, _sum...)
 
+/// GET http://host:port/path within 10 s in all (resolution, connection, request, answer): a server that accepts
+/// and never answers fails with "timed out" instead of holding the command forever.
 std::string fetch(const std::string& host, const std::string& port, const std::string& path) {
   asio::io_context io;
   beast::tcp_stream stream(io);
-  stream.expires_after(std::chrono::seconds(10));
   asio::ip::tcp::resolver resolver(io);
-  stream.connect(resolver.resolve(host, port));
   http::request<http::empty_body> req{http::verb::get, path, 11};
   req.set(http::field::host, host);
   req.set(http::field::user_agent, "coverbs-stats");
-  http::write(stream, req);
   beast::flat_buffer buffer;
   http::response<http::string_body> res;
-  http::read(stream, buffer, res);
+  beast::error_code failed;
+  std::string step = "resolve";
+  // The tcp_stream's expiry bounds its asynchronous operations only: every step is one of those.
+  stream.expires_after(std::chrono::seconds(10));
+  resolver.async_resolve(host, port, [&](beast::error_code ec, asio::ip::tcp::resolver::results_type found) {
+    if (ec) return void(failed = ec);
+    step = "connect";
+    stream.async_connect(found, [&](beast::error_code ec, const asio::ip::tcp::endpoint&) {
+      if (ec) return void(failed = ec);
+      step = "send the request";
+      http::async_write(stream, req, [&](beast::error_code ec, std::size_t) {
+        if (ec) return void(failed = ec);
+        step = "read the answer";
+        http::async_read(stream, buffer, res, [&](beast::error_code ec, std::size_t) { failed = ec; });
+      });
+    });
+  });
+  io.run_for(std::chrono::seconds(12));  // the resolver is not bounded by the stream's expiry
+  if (!io.stopped() && !failed) failed = beast::error::timeout;
+  if (failed)
+    throw std::runtime_error("GET http://" + host + ":" + port + path + ": " + step + ": " + failed.message());
   beast::error_code ignored;
   stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   if (res.result() != http::status::ok)

@@ -1,5 +1,5 @@
 #pragma once
-// --metrics-port N: coverbs' metrics (coverbs/metrics.hpp) served at http://0.0.0.0:N/metrics in Prometheus'
+// --metrics-port N: coverbs' metrics (coverbs/metrics.hpp) served at http://127.0.0.1:N/metrics in Prometheus'
 // text format while the example runs, through the optional exporter library coverbs_prometheus (built when
 // prometheus-cpp is found). Read them with `curl localhost:N/metrics` or `coverbs stats localhost:N`.
 #include <cstdint>
@@ -15,7 +15,7 @@ namespace example {
 
 /// The usage line of the option, for the examples' --help.
 inline constexpr const char* metrics_port_usage =
-    "  --metrics-port N     serve coverbs' metrics at http://0.0.0.0:N/metrics (Prometheus text; read them\n"
+    "  --metrics-port N     serve coverbs' metrics at http://127.0.0.1:N/metrics (Prometheus text; read them\n"
     "                       with curl or `coverbs stats HOST:N`); counting is on while it is given\n";
 
 /// Serves the metrics on `port` while it lives (0: not at all; counting stays off).
@@ -27,7 +27,7 @@ public:
     if (port == 0) return;
 #if COVERBS_EXAMPLES_PROMETHEUS
     exporter_.emplace(static_cast<std::uint16_t>(port));
-    std::printf("%s: metrics at http://0.0.0.0:%u/metrics\n", name, static_cast<unsigned>(exporter_->port()));
+    std::printf("%s: metrics at http://127.0.0.1:%u/metrics\n", name, static_cast<unsigned>(exporter_->port()));
     std::fflush(stdout);
 #else
     (void)name;

@@ -71,7 +71,7 @@ constexpr const char* usage_text =
     "client silent for 20 s, and a disconnect waits 20 s at most for its answer. The device's events are\n"
     "read (coverbs::device_events): a port going down ends the connections on it at once, reported as\n"
     "the port's error (errc::port_error), and the server goes on serving.\n"
-    "--metrics-port N (any role): serve coverbs' metrics at http://0.0.0.0:N/metrics (Prometheus text; read\n"
+    "--metrics-port N (any role): serve coverbs' metrics at http://127.0.0.1:N/metrics (Prometheus text; read\n"
     "them with curl or `coverbs stats HOST:N`); counting is on while it is given.\n"
     "Limits: --clients 1..32 (1..64 with --srq), --messages 1..1000000, --connections 0..1000000,\n"
     "--srq-depth 1..512.\n"

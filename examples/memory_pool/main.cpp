@@ -128,7 +128,7 @@ constexpr const char* usage_text =
     "                       server's --tenants-per-connection; exit 0 when it alone refused)\n"
     "Both\n"
     "  --json               print the statistics as one JSON line\n"
-    "  --metrics-port N     serve coverbs' metrics at http://0.0.0.0:N/metrics (Prometheus text; read them\n"
+    "  --metrics-port N     serve coverbs' metrics at http://127.0.0.1:N/metrics (Prometheus text; read them\n"
     "                       with curl or `coverbs stats HOST:N`); counting is on while it is given\n"
     "\n"
     "Exit status: 0 when every step held, 1 when one failed, 2 for a bad command line.\n"

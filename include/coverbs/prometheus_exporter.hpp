@@ -23,9 +23,12 @@ std::string prometheus_text(const snapshot& s);
 /// loops run. Distinct objects: safe; one object: const members from any thread.
 class prometheus_exporter {
 public:
-  /// Listens on `address`:`port` (port 0: one the kernel chooses, see `port()`), path `/metrics`.
-  /// @throws std::runtime_error (from prometheus-cpp) when it cannot listen, e.g. the port is taken.
-  explicit prometheus_exporter(std::uint16_t port, const std::string& address = "0.0.0.0");
+  /// Listens on `address`:`port` (port 0: one the kernel chooses, see `port()`), path `/metrics`. The default
+  /// address serves this host only: the counters tell traffic volumes, errors and connection counts, so serving
+  /// other hosts (e.g. `"0.0.0.0"`, every interface) is a choice to make explicitly.
+  /// @throws std::runtime_error naming the address and port when it cannot listen there (the port is taken, the
+  /// address is not this host's).
+  explicit prometheus_exporter(std::uint16_t port, const std::string& address = "127.0.0.1");
   ~prometheus_exporter();
   prometheus_exporter(const prometheus_exporter&) = delete;
   prometheus_exporter& operator=(const prometheus_exporter&) = delete;

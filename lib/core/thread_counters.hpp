@@ -90,6 +90,7 @@ private:
   struct block_owner {
     block* b = nullptr;
     ~block_owner() {
+      if (!b) return;  // its allocation failed: nothing was counted in a block
       auto& t = totals();
       std::lock_guard lock(t.mutex);
       for (std::size_t i = 0; i < N; ++i)

@@ -4,10 +4,10 @@
 #include "core/metrics.hpp"
 #include "dataplane/cq_impl.hpp"
 #include "dataplane/grh_slots.hpp"
-#include "verbs/device_internal.hpp"
-#include "events/qp_registry.hpp"
-#include "dataplane/srq_impl.hpp"
 #include "dataplane/ops/work_request.hpp"
+#include "dataplane/srq_impl.hpp"
+#include "events/qp_registry.hpp"
+#include "verbs/device_internal.hpp"
 #include "windows/remote_invalidation.hpp"
 
 #include <boost/asio/error.hpp>
@@ -90,8 +90,7 @@ shared_receive_queue_impl::shared_receive_queue_impl(ibv_pd* pd, cq_impl& cq, co
     throw system_error(make_error_code(errc::device_limit_exceeded),
                        std::string("shared_receive_queue: device ") + ibv_get_device_name(context->device) +
                            " has no shared receive queues (ibv_device_attr::max_srq = 0)");
-  if (options.max_wr == 0)
-    throw system_error(errno_code(EINVAL), "srq_options::max_wr must be at least 1 (got 0)");
+  if (options.max_wr == 0) throw system_error(errno_code(EINVAL), "srq_options::max_wr must be at least 1 (got 0)");
   if (options.max_wr > static_cast<std::uint32_t>(attr.max_srq_wr))
     throw_limit("max_wr", options.max_wr, static_cast<std::uint64_t>(attr.max_srq_wr), "max_srq_wr", context);
   if (options.max_sge > static_cast<std::uint32_t>(attr.max_srq_sge))
@@ -165,7 +164,7 @@ shared_receive_queue_impl::~shared_receive_queue_impl() {
     --posted_;
     cq_->work_abandoned();
     if (grh_) grh_->release(n->sg[0].addr);
-    fail(n, boost::asio::error::operation_aborted);
+    fail(n, boost::asio::error::operation_aborted, true);
   }
   while (wr_node* n = waiting_.pop())
     fail(n, boost::asio::error::operation_aborted);
@@ -174,9 +173,9 @@ shared_receive_queue_impl::~shared_receive_queue_impl() {
   cq_->unreserve(options_.max_wr);
 }
 
-void shared_receive_queue_impl::fail(wr_node* n, error_code ec) {
+void shared_receive_queue_impl::fail(wr_node* n, error_code ec, bool posted) {
   if (metrics_on() && n->is_recv) [[unlikely]]
-    note_finished(n, ec, nullptr, false);
+    note_finished(n, ec, nullptr, posted);
   n->state = node_state::done;
   n->complete(n, ec, nullptr, completion_mode::post);
 }

@@ -46,11 +46,11 @@ public:
   srq_options options_;
   std::uint32_t credits_ = 0;
   std::size_t posted_ = 0;
-  std::size_t attached_ = 0;  // queue pairs created on it and not yet destroyed
-  node_fifo waiting_;         // receives waiting for a credit
-  node_fifo limit_waiters_;   // pending async_wait_limit
-  bool limit_reached_ = false;  // an event arrived while nobody waited
-  bool closing_ = false;        // being destroyed: nothing more is posted
+  std::size_t attached_ = 0;        // queue pairs created on it and not yet destroyed
+  node_fifo waiting_;               // receives waiting for a credit
+  node_fifo limit_waiters_;         // pending async_wait_limit
+  bool limit_reached_ = false;      // an event arrived while nobody waited
+  bool closing_ = false;            // being destroyed: nothing more is posted
   std::unique_ptr<grh_slots> grh_;  // a datagram SRQ's GRH slots and overflow area (srq_options::datagram)
   std::size_t max_datagram_ = 0;    // with grh_: the port's active MTU in bytes
   std::vector<std::pair<std::uint32_t, std::uint32_t>> qkeys_;  // attached datagram queue pairs: (qp_num, Q_Key)
@@ -59,7 +59,8 @@ private:
   void post_now(wr_node* n);
   void link_posted(wr_node* n) noexcept;
   void unlink_posted(wr_node* n) noexcept;
-  static void fail(wr_node* n, error_code ec);
+  /// `posted`: the receive was posted to the device (counted as posted in the metrics).
+  static void fail(wr_node* n, error_code ec, bool posted = false);
 
   wr_node* posted_head_ = nullptr;  // doubly linked through wr_node::next / prev
   std::shared_ptr<srq_registration> registration_;

@@ -61,15 +61,15 @@ public:
   }
   void histogram(std::string name, std::string help, const metrics::histogram& h) {
     ClientMetric m;
-    m.histogram.sample_count = h.count;
     m.histogram.sample_sum = static_cast<double>(h.sum);
-    std::uint64_t cumulative = 0;
+    std::uint64_t cumulative = 0;  // the buckets' sum is the count: `+Inf` and `_count` always agree
     for (std::size_t i = 0; i < h.buckets.size(); ++i) {
       cumulative += h.buckets[i];
       const std::uint64_t bound = metrics::histogram::upper_bound(i);
       m.histogram.bucket.push_back(
           {cumulative, bound == UINT64_MAX ? std::numeric_limits<double>::infinity() : static_cast<double>(bound)});
     }
+    m.histogram.sample_count = cumulative;
     family(std::move(name), std::move(help), MetricType::Histogram).metric.push_back(std::move(m));
   }
 
@@ -210,7 +210,17 @@ struct prometheus_exporter::state {
 };
 
 prometheus_exporter::prometheus_exporter(std::uint16_t port, const std::string& address)
-    : state_(std::make_unique<state>(address + ":" + std::to_string(port))) {
+    : state_([&] {
+        // An IPv6 literal goes in brackets ("[::1]:9464"); civetweb's own error names neither address nor port.
+        const std::string where =
+            (address.find(':') != std::string::npos ? "[" + address + "]" : address) + ":" + std::to_string(port);
+        try {
+          return std::make_unique<state>(where);
+        } catch (const std::exception& e) {
+          throw std::runtime_error("coverbs::metrics::prometheus_exporter: cannot listen on " + where +
+                                   " (is the port taken, or the address not this host's?): " + e.what());
+        }
+      }()) {
   enable();
 }
 

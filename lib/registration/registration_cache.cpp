@@ -34,7 +34,7 @@ int open_userfaultfd() noexcept {
   int fd = static_cast<int>(::syscall(SYS_userfaultfd, flags | UFFD_USER_MODE_ONLY));
   if (fd < 0 && errno == EINVAL) fd = static_cast<int>(::syscall(SYS_userfaultfd, flags));
 #ifdef USERFAULTFD_IOC_NEW
-  if (fd < 0 && errno == EPERM) { // Linux 6.1+: /dev/userfaultfd, governed by its file permissions
+  if (fd < 0 && errno == EPERM) {  // Linux 6.1+: /dev/userfaultfd, governed by its file permissions
     const int dev = ::open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
     if (dev >= 0) {
       fd = ::ioctl(dev, USERFAULTFD_IOC_NEW, flags);
@@ -62,7 +62,7 @@ std::uint64_t current_fork_generation() noexcept {
   return fork_generation.load(std::memory_order_relaxed);
 }
 
-} // namespace
+}  // namespace
 
 unmap_monitor::unmap_monitor() : generation_(current_fork_generation()) {
   const int fd = open_userfaultfd();
@@ -81,7 +81,7 @@ unmap_monitor::unmap_monitor() : generation_(current_fork_generation()) {
     return;
   }
   fd_ = fd;
-  loop_ = std::make_unique<loop>(fd); // owns the fd from here on
+  loop_ = std::make_unique<loop>(fd);  // owns the fd from here on
   struct waiter {
     unmap_monitor* self;
     void operator()(const error_code& ec) const {
@@ -96,14 +96,14 @@ unmap_monitor::unmap_monitor() : generation_(current_fork_generation()) {
 
 unmap_monitor::~unmap_monitor() {
   if (!loop_) return;
-  if (status()) { // lost in a fork: the thread is not in this process and the Asio loop's io_uring is the parent's
-    static_cast<void>(new std::thread(std::move(thread_))); // kept: joining or detaching it here is undefined
-    static_cast<void>(loop_.release()); // kept: tearing it down would cancel the parent's operations
-    ::close(fd_);                       // this process's reference to the parent's userfaultfd
+  if (status()) {  // lost in a fork: the thread is not in this process and the Asio loop's io_uring is the parent's
+    static_cast<void>(new std::thread(std::move(thread_)));  // kept: joining or detaching it here is undefined
+    static_cast<void>(loop_.release());  // kept: tearing it down would cancel the parent's operations
+    ::close(fd_);                        // this process's reference to the parent's userfaultfd
     return;
   }
   stop();
-  loop_.reset(); // closes the fd: the kernel drops every watch and releases any thread still waiting
+  loop_.reset();  // closes the fd: the kernel drops every watch and releases any thread still waiting
 }
 
 error_code unmap_monitor::status() const noexcept {
@@ -118,15 +118,15 @@ void unmap_monitor::stop() noexcept {
   // Unwatch first, so no munmap can wait for a reader that is going away.
   for (const auto& [begin, end] : watched_) {
     uffdio_range range{begin, end - begin};
-    ::ioctl(fd_, UFFDIO_UNREGISTER, &range); // EINVAL where it is unmapped already
+    ::ioctl(fd_, UFFDIO_UNREGISTER, &range);  // EINVAL where it is unmapped already
   }
   loop_->io.stop();
   thread_.join();
-  read_events(); // what the thread had not read yet (the fd is non-blocking)
+  read_events();  // what the thread had not read yet (the fd is non-blocking)
 }
 
 bool unmap_monitor::watch(const void* p, std::size_t n) noexcept {
-  if (fd_ < 0 || n == 0 || status()) return false; // in a fork child the fd would watch the parent's memory
+  if (fd_ < 0 || n == 0 || status()) return false;  // in a fork child the fd would watch the parent's memory
   // Exactly the pages of the range: a wider window could take in a neighbour such as a thread's malloc
   // arena, whose trimming would then wait for this monitor. Hugetlb mappings (which need huge-page
   // alignment) are therefore refused and stay unmonitored.
@@ -136,7 +136,7 @@ bool unmap_monitor::watch(const void* p, std::size_t n) noexcept {
   uffdio_register reg{};
   reg.range.start = begin;
   reg.range.len = end - begin;
-  reg.mode = UFFDIO_REGISTER_MODE_WP; // events only: nothing is ever write-protected, no fault is trapped
+  reg.mode = UFFDIO_REGISTER_MODE_WP;  // events only: nothing is ever write-protected, no fault is trapped
   if (::ioctl(fd_, UFFDIO_REGISTER, &reg) != 0) return false;
   try {
     std::lock_guard lock(watched_mutex_);
@@ -161,14 +161,14 @@ void unmap_monitor::read_events() noexcept {
   uffd_msg msgs[16];
   for (;;) {
     const ssize_t n = ::read(fd_, msgs, sizeof msgs);
-    if (n <= 0) break; // EAGAIN: drained
+    if (n <= 0) break;  // EAGAIN: drained
     for (std::size_t i = 0; i < static_cast<std::size_t>(n) / sizeof(uffd_msg); ++i) {
       const uffd_msg& m = msgs[i];
       switch (m.event) {
       case UFFD_EVENT_UNMAP:
       case UFFD_EVENT_REMOVE: push(m.arg.remove.start, m.arg.remove.end); break;
       case UFFD_EVENT_REMAP: push(m.arg.remap.from, m.arg.remap.from + m.arg.remap.len); break;
-      case UFFD_EVENT_PAGEFAULT: { // not expected (nothing is write-protected): never leave a thread waiting
+      case UFFD_EVENT_PAGEFAULT: {  // not expected (nothing is write-protected): never leave a thread waiting
         uffdio_range range{m.arg.pagefault.address & ~(page_size() - 1), page_size()};
         ::ioctl(fd_, UFFDIO_WAKE, &range);
         break;
@@ -195,7 +195,7 @@ namespace {
 
 std::uintptr_t address(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p); }
 
-} // namespace
+}  // namespace
 
 cache_state::cache_state(const cache_options& options)
     : max_entries_(options.max_entries), max_bytes_(options.max_bytes_pinned) {
@@ -215,18 +215,21 @@ cache_state::~cache_state() {
     // Handles outlive the cache: let them keep what happened to their memory while it watched.
     monitor_->stop();
     graveyard dead;
-    apply_events_locked(dead); // no other owner is left: nothing else can take the lock
+    // No other owner is left, but a metrics reader (another thread's scrape) may take the lock to read the
+    // counters this changes: take it.
+    std::lock_guard lock(mutex_);
+    apply_events_locked(dead);
   }
   monitor_.reset();
 }
 
 void cache_state::apply_events() noexcept {
-  if (!monitor_ || monitor_->status()) return; // also in a fork child: no monitor thread to wait for
-  while (monitor_->reading()) // as in apply_events_locked, without the lock while nothing is queued
+  if (!monitor_ || monitor_->status()) return;  // also in a fork child: no monitor thread to wait for
+  while (monitor_->reading())                   // as in apply_events_locked, without the lock while nothing is queued
     std::this_thread::yield();
   // Nothing queued may mean another thread drained the ring and is still invalidating: the lock waits for it.
   if (!monitor_->pending() && !applying_.load(std::memory_order_seq_cst)) return;
-  graveyard dead; // destroyed after the lock is released: deregistration never runs under it
+  graveyard dead;  // destroyed after the lock is released: deregistration never runs under it
   std::lock_guard lock(mutex_);
   apply_events_locked(dead);
 }
@@ -242,10 +245,10 @@ shared_region cache_state::handle_locked(cache_entry& e, std::span<std::byte> ra
 
 void cache_state::apply_events_locked(graveyard& dead) {
   if (!monitor_ || monitor_->status()) return;
-  while (monitor_->reading()) // an munmap that returned has had its event read: wait until it is queued
+  while (monitor_->reading())  // an munmap that returned has had its event read: wait until it is queued
     std::this_thread::yield();
   if (!monitor_->pending()) return;
-  struct applying_mark { // set before the drain, cleared once the drained ranges are invalidated (or on a throw)
+  struct applying_mark {  // set before the drain, cleared once the drained ranges are invalidated (or on a throw)
     std::atomic<bool>& flag;
     explicit applying_mark(std::atomic<bool>& f) : flag(f) { flag.store(true, std::memory_order_seq_cst); }
     ~applying_mark() { flag.store(false, std::memory_order_seq_cst); }
@@ -273,7 +276,7 @@ std::optional<shared_region> cache_state::lookup(ibv_pd* pd, std::span<std::byte
       if (b - i->first > max_length_) break;
       if (i->second->end >= e) {
         ++hits_;
-        evict_locked(dead); // only when over the limits (handles dropped since the last insert)
+        evict_locked(dead);  // only when over the limits (handles dropped since the last insert)
         return handle_locked(*i->second, range);
       }
     }
@@ -306,7 +309,7 @@ shared_region cache_state::insert(const shared_region& fresh, std::uint64_t epoc
   }
   auto& idx = index_[{pd, rights}];
   for (auto [i, last] = idx.equal_range(b); i != last; ++i)
-    if (i->second->mr == fresh.owner()) return handle_locked(*i->second, fresh.buffer()); // merged misses
+    if (i->second->mr == fresh.owner()) return handle_locked(*i->second, fresh.buffer());  // merged misses
   auto entry = std::make_shared<cache_entry>();
   entry->pd = pd;
   entry->rights = rights;
@@ -314,7 +317,7 @@ shared_region cache_state::insert(const shared_region& fresh, std::uint64_t epoc
   entry->end = e;
   entry->mr = fresh.owner();
   entry->monitored = monitored;
-  if (monitored) fresh.owner()->link(shared_from_this()); // so its handles' valid() applies this monitor's events
+  if (monitored) fresh.owner()->link(shared_from_this());  // so its handles' valid() applies this monitor's events
   idx.emplace(b, entry);
   ++entries_;
   bytes_pinned_ += reg.size();
@@ -344,7 +347,7 @@ void cache_state::evict_locked(graveyard& dead) {
     for (const auto& [key, idx] : index_)
       for (const auto& [at, e] : idx)
         if (e->unused() && (!oldest || e->last_used < oldest->last_used)) oldest = e;
-    if (!oldest) return; // everything is in use
+    if (!oldest) return;  // everything is in use
     unindex_locked(oldest, dead);
     ++evictions_;
   }
@@ -411,7 +414,7 @@ cache_stats cache_state::stats() const {
 
 void shared_mr::link(const std::shared_ptr<cache_state>& cache) const noexcept {
   int none = 0;
-  if (!link_state_.compare_exchange_strong(none, 1, std::memory_order_acquire)) return; // linked already
+  if (!link_state_.compare_exchange_strong(none, 1, std::memory_order_acquire)) return;  // linked already
   cache_ = cache;
   link_state_.store(2, std::memory_order_release);
 }
@@ -423,11 +426,11 @@ bool shared_mr::valid() const noexcept {
   return !invalidated();
 }
 
-} // namespace detail
+}  // namespace detail
 
 registration_cache::registration_cache(registration_service& service, const cache_options& options)
     : service_(service), state_(std::make_shared<detail::cache_state>(options)) {}
 
 registration_cache::~registration_cache() = default;
 
-} // namespace coverbs
+}  // namespace coverbs

@@ -116,6 +116,23 @@ TEST_CASE("an operation refused before posting counts as failed with its errc", 
   CHECK(row(after, metrics::op_kind::write).posted == row(before, metrics::op_kind::write).posted);
 }
 
+TEST_CASE("a read and an atomic refused before posting count as a failed read and atomic, not as writes", "[metrics]") {
+  counting_on on;
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 8, 64);
+  const auto before = metrics::read();
+  rig.a.async_read(rig.local_span(8), rig.remote_key(4),
+                   [](cv::error_code ec, std::size_t) { CHECK(ec == cv::errc::remote_range_too_small); });
+  rig.a.async_fetch_add(rig.local_span(8), rig.remote_key(8), 1, [](cv::error_code ec, std::uint64_t) { CHECK(ec); });
+  run_all(io);
+  const auto after = metrics::read();
+  for (auto kind : {metrics::op_kind::read, metrics::op_kind::atomic}) {
+    INFO("kind " << static_cast<int>(kind));
+    CHECK(row(after, kind).failed - row(before, kind).failed == 1);
+  }
+  CHECK(row(after, metrics::op_kind::write).failed == row(before, metrics::op_kind::write).failed);
+}
+
 TEST_CASE("operations waiting for a send credit are counted", "[metrics]") {
   counting_on on;
   asio::io_context io;

@@ -9,6 +9,7 @@
 namespace coverbs::detail {
 
 error_code atomic_op::prepare(queue_pair_impl* qp, wr_node& n) const {
+  n.wr.send.opcode = opcode;  // the kind, before any refusal (metrics count a refused operation by it)
   if (!qp->atomics_) return errc::atomics_unsupported;
   if (result_buffer.size() < 8) return errc::buffer_too_small;
   if (remote.addr % 8 != 0) return errc::misaligned_atomic;

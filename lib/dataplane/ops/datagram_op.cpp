@@ -15,7 +15,8 @@ namespace coverbs::detail {
 namespace {
 
 /// The refusals of a destination (address handle of another PD, Q_Key bit 31, a queue pair number above 24 bits).
-error_code check_destination(const queue_pair_impl* qp, const ibv_ah* ah, std::uint32_t qpn, std::uint32_t qkey) noexcept {
+error_code check_destination(const queue_pair_impl* qp, const ibv_ah* ah, std::uint32_t qpn,
+                             std::uint32_t qkey) noexcept {
   if (!ah || ah->pd != qp->qp_->pd) [[unlikely]]
     return errc::address_handle_mismatch;
   if (qkey & 0x80000000u) [[unlikely]]
@@ -62,6 +63,7 @@ std::size_t span_count(const span_list& l) noexcept { return l.count; }
 
 template <class Buffers>
 error_code datagram_send_op<Buffers>::prepare(queue_pair_impl* qp, wr_node& n) const {
+  n.wr.send.opcode = opcode;  // the kind, before any refusal
   if (error_code ec = check_destination(qp, ah, remote_qpn, remote_qkey)) return ec;
   error_code ec;
   ibv_send_wr& wr = fill_payload_send(qp, n, bufs, opcode, ec);
@@ -75,6 +77,7 @@ error_code datagram_send_op<Buffers>::prepare(queue_pair_impl* qp, wr_node& n) c
 
 template <class Buffers>
 error_code datagram_recv_op<Buffers>::prepare(queue_pair_impl* qp, wr_node& n) const {
+  n.is_recv = true;  // the kind, before any refusal
   if (qp->srq_) [[unlikely]]
     return errc::receive_queue_is_shared;  // datagram_options::srq: receive through the SRQ
   if (span_count(bufs) + 2 > max_spans_per_operation) return errc::too_many_spans;

@@ -9,6 +9,7 @@
 namespace coverbs::detail {
 
 error_code rdma_op::prepare(queue_pair_impl* qp, wr_node& n) const {
+  n.wr.send.opcode = opcode;  // the kind, before any refusal (metrics count a refused operation by it)
   if (local.size() > qp->max_message_) return errc::message_too_long;
   if (remote.length < local.size()) return errc::remote_range_too_small;
   ibv_send_wr& wr = fill_send(qp, n, local, opcode);

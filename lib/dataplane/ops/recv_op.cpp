@@ -9,6 +9,7 @@
 namespace coverbs::detail {
 
 error_code recv_op::prepare(queue_pair_impl* qp, wr_node& n) const {
+  n.is_recv = true;  // the kind, before any refusal (metrics count a refused operation by it)
   if (qp->srq_) return errc::receive_queue_is_shared;
   return fill_recv(n, buf);
 }

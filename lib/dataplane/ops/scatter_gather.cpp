@@ -13,6 +13,7 @@
 namespace coverbs::detail {
 
 error_code gather_send_op::prepare(queue_pair_impl* qp, wr_node& n) const {
+  n.wr.send.opcode = opcode;  // the kind, before any refusal
   std::size_t entries = 0, total = 0;
   if (error_code ec = fill_list(n, bufs, qp->options_.max_send_sge, qp->max_message_, entries, total)) return ec;
   ibv_send_wr& wr = fill_send_list(qp, n, entries, total, opcode);
@@ -22,6 +23,7 @@ error_code gather_send_op::prepare(queue_pair_impl* qp, wr_node& n) const {
 }
 
 error_code scatter_gather_rdma_op::prepare(queue_pair_impl* qp, wr_node& n) const {
+  n.wr.send.opcode = opcode;  // the kind, before any refusal
   std::size_t entries = 0, total = 0;
   if (error_code ec = fill_list(n, local, qp->options_.max_send_sge, qp->max_message_, entries, total)) return ec;
   if (remote.length < total) return errc::remote_range_too_small;
@@ -33,6 +35,7 @@ error_code scatter_gather_rdma_op::prepare(queue_pair_impl* qp, wr_node& n) cons
 }
 
 error_code scatter_recv_op::prepare(queue_pair_impl* qp, wr_node& n) const {
+  n.is_recv = true;  // the kind, before any refusal
   if (qp->srq_) return errc::receive_queue_is_shared;
   std::size_t entries = 0, total = 0;
   if (error_code ec = fill_list(n, bufs, qp->options_.max_recv_sge, max_message, entries, total)) return ec;
@@ -41,6 +44,7 @@ error_code scatter_recv_op::prepare(queue_pair_impl* qp, wr_node& n) const {
 }
 
 error_code scatter_srq_recv_op::prepare(shared_receive_queue_impl* srq, wr_node& n) const {
+  n.is_recv = true;  // the kind, before any refusal
   std::size_t entries = 0, total = 0;
   if (srq->grh_ && bufs.count + 2 > max_spans_per_operation) return errc::too_many_spans;  // GRH slot, overflow
   if (error_code ec = fill_list(n, bufs, srq->options_.max_sge, max_message, entries, total)) return ec;

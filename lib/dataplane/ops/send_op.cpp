@@ -9,6 +9,7 @@
 namespace coverbs::detail {
 
 error_code send_op::prepare(queue_pair_impl* qp, wr_node& n) const {
+  n.wr.send.opcode = opcode;  // the kind, before any refusal (metrics count a refused operation by it)
   if (buf.size() > qp->max_message_) return errc::message_too_long;
   ibv_send_wr& wr = fill_send(qp, n, buf, opcode);
   if (opcode == IBV_WR_SEND_WITH_IMM) wr.imm_data = htonl(imm_or_rkey);
