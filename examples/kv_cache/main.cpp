@@ -56,26 +56,23 @@ int run(const example::command_line& cmd, unsigned clients, std::size_t value_si
   const unsigned n = cmd.self_test() ? clients : cmd.connecting() ? 1 : 0;
   for (unsigned i = 0; i < n; ++i)
     tasks.spawn(io, kv::run_client(where.address, where.port, cmd.self_test() ? i : id, value_size), "kv_cache client");
+  // Named: a coroutine lambda's captures live in the lambda object, which must outlive the coroutine (a
+  // temporary one would be gone after the spawn).
+  auto stop_when_done = [&]() -> asio::awaitable<void> {
+    asio::steady_timer t(io);
+    while (tasks.finished + 1 < tasks.started || sessions_ended < static_cast<int>(2 * n)) {
+      t.expires_after(std::chrono::milliseconds(20));
+      co_await t.async_wait(asio::use_awaitable);
+    }
+    stop.emit(asio::cancellation_type::terminal);
+  };
+  auto serve_forever = [&]() -> asio::awaitable<void> {
+    asio::steady_timer forever(io, asio::steady_timer::time_point::max());
+    co_await forever.async_wait(asio::use_awaitable);
+  };
   if (cmd.self_test())  // the server stops once every client is done and each of its 2 sessions ended
-    tasks.spawn(
-        io,
-        [&]() -> asio::awaitable<void> {
-          asio::steady_timer t(io);
-          while (tasks.finished + 1 < tasks.started || sessions_ended < static_cast<int>(2 * n)) {
-            t.expires_after(std::chrono::milliseconds(20));
-            co_await t.async_wait(asio::use_awaitable);
-          }
-          stop.emit(asio::cancellation_type::terminal);
-        }(),
-        "kv_cache self-test");
-  if (cmd.mode == example::role::listen)
-    tasks.spawn(
-        io,
-        [&]() -> asio::awaitable<void> {
-          asio::steady_timer forever(io, asio::steady_timer::time_point::max());
-          co_await forever.async_wait(asio::use_awaitable);
-        }(),
-        "kv_cache server");
+    tasks.spawn(io, stop_when_done(), "kv_cache self-test");
+  if (cmd.mode == example::role::listen) tasks.spawn(io, serve_forever(), "kv_cache server");
   const example::run_result outcome = example::run_tasks(io, tasks, cmd, std::chrono::seconds(60));
   std::printf("  clients          : %u, %u failed\n  value size       : %zu bytes\n", n,
               static_cast<unsigned>(tasks.failed), value_size);

@@ -19,8 +19,10 @@
 /// puts its descriptor in front of the request, and when the call ends — reply received, failed, or cancelled
 /// (any type, e.g. `call || timer`) — revokes the key and completes only once the key is dead on the device. So
 /// when the handler runs, no RDMA read or write by the peer can reach the payload any more: a late access fails
-/// at the peer with `wc_errc::rem_access_err` (which moves *the peer's* queue pair to the error state). The
-/// window is type 2 (the pool's default): only the queue pair it was bound through, the call's, can use it.
+/// at the peer with `wc_errc::rem_access_err` (which moves *the peer's* queue pair to the error state). With a
+/// pool of type-2 windows (`window_pool`'s default) only the queue pair the window was bound through, the call's,
+/// can use the key; a type-1 pool's key works through any queue pair of the caller's protection domain while
+/// the call runs — give bulk calls a type-2 pool when peers share a protection domain.
 ///
 /// @par Refusals before posting
 /// The callee's helpers refuse a descriptor before anything is posted, and the queue pair stays healthy: a
@@ -42,7 +44,9 @@
 #include <coverbs/window_pool.hpp>
 
 #include <boost/asio/append.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/buffer.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/compose.hpp>
 #include <boost/asio/post.hpp>
@@ -120,8 +124,17 @@ struct bulk_call_op {
   template <class Self>
   void operator()(Self& self) {
     self.reset_cancellation_state([](boost::asio::cancellation_type t) { return t; });  // every type
+    if (!valid_rights(rights) || (!pool && !state->lease.active())) {
+      // Nothing to describe (a dead lease's key is 0; rights the callee would refuse): refused before anything
+      // is posted, completing through the executor (never inside the initiating call) by the last step.
+      state->ec = make_error_code(errc::bad_bulk_descriptor);
+      return boost::asio::post(ep->get_executor(), boost::asio::append(std::move(self), error_code()));
+    }
     if (pool) {
-      pool->async_lease(ep->get_queue_pair(), *region, range, rights, {}, std::move(self));
+      // The bind and the revocation run to their end: a terminal cancellation of a posted bind would move the
+      // endpoint's queue pair to the error state. A cancellation meanwhile is seen when the bind completed.
+      pool->async_lease(ep->get_queue_pair(), *region, range, rights, {},
+                        boost::asio::bind_cancellation_slot(boost::asio::cancellation_slot(), std::move(self)));
       return;
     }
     call(self);
@@ -132,7 +145,7 @@ struct bulk_call_op {
     state->lease = std::move(lease);
     if (self.cancelled() != boost::asio::cancellation_type::none) {
       state->ec = boost::asio::error::operation_aborted;
-      return state->lease.async_revoke(std::move(self));
+      return revoke(self);
     }
     call(self);
   }
@@ -140,7 +153,7 @@ struct bulk_call_op {
   void operator()(Self& self, error_code ec, inbound_message reply) {
     state->ec = ec;
     state->reply = std::move(reply);
-    state->lease.async_revoke(std::move(self));
+    revoke(self);
   }
   template <class Self>
   void operator()(Self& self, error_code) {  // the key is dead (or was: the lease expired or was invalidated)
@@ -148,6 +161,13 @@ struct bulk_call_op {
   }
 
 private:
+  static bool valid_rights(access r) noexcept {
+    return r != access::none && (r & ~(access::remote_read | access::remote_write)) == access::none;
+  }
+  template <class Self>
+  void revoke(Self& self) {
+    state->lease.async_revoke(boost::asio::bind_cancellation_slot(boost::asio::cancellation_slot(), std::move(self)));
+  }
   template <class Self>
   void call(Self& self) {
     state->descriptor = bulk_descriptor::of(state->lease, rights).encode();
@@ -178,10 +198,15 @@ auto initiate_bulk_call(message_endpoint& ep, window_pool* pool, const memory_re
 /// of the region).
 /// @par Completion Signature `void(error_code, inbound_message reply)`. The handler runs after the window's key
 /// is dead, whatever the outcome.
-/// @par Errors those of `window_pool::async_lease` (`errc::window_pool_exhausted`, a bind refused before posting,
-/// e.g. a right the region lacks), then those of `message_endpoint::async_call` (`errc::message_too_large`, ...).
+/// @par Errors `errc::bad_bulk_descriptor` before anything is posted: `rights` empty or other than remote_read /
+/// remote_write; those of `window_pool::async_lease` (`errc::window_pool_exhausted`, a bind refused before
+/// posting, e.g. a right the region lacks), then those of `message_endpoint::async_call` (`errc::message_too_large`,
+/// ...).
+/// @par Lifetime The endpoint's queue pair outlives the call (the revocation posts on it): await a session's bulk
+/// calls before closing or destroying it.
 /// @par Per-Operation Cancellation Any type, in any phase: the call is abandoned (as `async_call`'s), the key
-/// revoked, and the operation completes with `operation_aborted` once the key is dead.
+/// revoked, and the operation completes with `operation_aborted` once the key is dead. A bind or a revocation
+/// on the wire runs to its end first (cancelling a posted request would fail the queue pair).
 template <class ConstBufferSequence,
           completion_token_or_handler<void(error_code, inbound_message)> Token = message_endpoint::default_token>
 requires boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value auto
@@ -198,7 +223,7 @@ auto async_bulk_call(message_endpoint& ep, window_pool& pool, const memory_regio
 }
 
 /// As above with a lease granted already (bound through the endpoint's queue pair, granting `rights`): the call
-/// takes it and revokes it when it ends.
+/// takes it and revokes it when it ends. An empty or dead lease is refused with `errc::bad_bulk_descriptor`.
 template <class ConstBufferSequence,
           completion_token_or_handler<void(error_code, inbound_message)> Token = message_endpoint::default_token>
 requires boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value auto

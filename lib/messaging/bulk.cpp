@@ -2,6 +2,7 @@
 #include <coverbs/bulk.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 namespace coverbs {
@@ -70,6 +71,9 @@ namespace detail {
 
 error_code check_bulk(const bulk_descriptor& d, access right, std::uint64_t bytes, std::uint64_t limit) noexcept {
   if (!has(d.rights, right)) return errc::bad_bulk_descriptor;
+  // A range past the end of the address space: the responder would NAK it and fail this queue pair.
+  if (d.key.length > 0 && d.key.addr > std::numeric_limits<std::uint64_t>::max() - (d.key.length - 1))
+    return errc::bad_bulk_descriptor;
   if (bytes > limit) return errc::bulk_too_large;
   return {};
 }

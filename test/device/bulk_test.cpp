@@ -10,6 +10,8 @@
 #include "fixtures/event_loop.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -183,6 +185,51 @@ TEST_CASE("a bulk call moves 1 MiB both ways byte-exact, and its key is dead onc
     CHECK(late_write == cv::wc_errc::rem_access_err);
     CHECK_FALSE(s.endpoint().error());
     reply.release();
+    co_await s.async_close(asio::use_awaitable);
+  });
+}
+
+TEST_CASE("a bulk call cancelled at once, while its bind is on the wire, ends with operation_aborted once its key "
+          "is dead and harms nothing; a dead lease and rights other than read or write are refused",
+          "[bulk]") {
+  rig r;
+  caller& c = r.c;
+  auto echo = [](cv::session& s) -> awaitable<void> {
+    for (;;) {
+      cv::inbound_request req = co_await s.endpoint().async_receive_request(asio::use_awaitable);
+      co_await s.endpoint().async_reply(req, req.bytes(), asio::use_awaitable);
+    }
+  };
+  r.serve(echo);
+  r.loop.run([&]() -> awaitable<void> {
+    auto s = co_await r.connect();
+    const std::byte one[1] = {};
+    asio::cancellation_signal cancel;
+    std::optional<cv::error_code> done;
+    cv::async_bulk_call(
+        s.endpoint(), c.windows, c.mr, {0, 64}, cv::access::remote_read, std::span(one),
+        asio::bind_cancellation_slot(cancel.slot(), [&](cv::error_code ec, cv::inbound_message) { done = ec; }));
+    cancel.emit(asio::cancellation_type::terminal);  // the bind was posted by the initiation
+    asio::steady_timer tick(r.ex);
+    while (!done) {
+      tick.expires_after(std::chrono::milliseconds(5));
+      co_await tick.async_wait(asio::use_awaitable);
+    }
+    CHECK(*done == asio::error::operation_aborted);
+    CHECK(c.windows.free() == c.windows.size());  // its key is dead: the window is back
+    CHECK_FALSE(s.endpoint().error());            // the bind ran to its end: the queue pair is healthy
+    cv::inbound_message reply = co_await cv::async_bulk_call(
+        s.endpoint(), c.windows, c.mr, {0, 64}, cv::access::remote_read, std::span(one), asio::use_awaitable);
+    CHECK(reply.size() == cv::bulk_descriptor::wire_size + 1);
+    reply.release();
+    auto [dead, m1] = co_await cv::async_bulk_call(s.endpoint(), cv::window_lease(), cv::access::remote_read,
+                                                   asio::buffer(one), with_ec);
+    CHECK(dead == cv::errc::bad_bulk_descriptor);
+    auto [atomic, m2] = co_await cv::async_bulk_call(s.endpoint(), c.windows, c.mr, {0, 64}, cv::access::remote_atomic,
+                                                     std::span(one), with_ec);
+    CHECK(atomic == cv::errc::bad_bulk_descriptor);
+    CHECK(c.windows.free() == c.windows.size());
+    CHECK_FALSE(s.endpoint().error());
     co_await s.async_close(asio::use_awaitable);
   });
 }

@@ -44,3 +44,13 @@ TEST_CASE("a message that does not start with a bulk descriptor is refused with 
   CHECK(cv::error_code(cv::errc::bulk_too_large) == boost::system::errc::message_size);
   CHECK(cv::error_code(cv::errc::bulk_too_large).message().find("local span") != std::string::npos);
 }
+
+TEST_CASE("a descriptor whose range passes the end of the address space is refused before posting", "[bulk]") {
+  const std::uint64_t top = ~std::uint64_t{0};
+  const cv::bulk_descriptor wraps{{top - 4095, 8192, 7}, cv::access::remote_read};
+  CHECK(cv::detail::check_bulk(wraps, cv::access::remote_read, 8192, 1 << 20) == cv::errc::bad_bulk_descriptor);
+  const cv::bulk_descriptor last_page{{top - 4095, 4096, 7}, cv::access::remote_read};  // ends at the last byte
+  CHECK_FALSE(cv::detail::check_bulk(last_page, cv::access::remote_read, 4096, 1 << 20));
+  const cv::bulk_descriptor empty{{top, 0, 7}, cv::access::remote_read};
+  CHECK_FALSE(cv::detail::check_bulk(empty, cv::access::remote_read, 0, 1 << 20));
+}
