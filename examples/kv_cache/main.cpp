@@ -23,8 +23,8 @@ constexpr const char* usage_text =
     "  kv_cache --self-test [--clients C] [--value-size N] [--address ADDR]\n"
     "      the server and C clients (default 4, at once) in one process, on ADDR (default 10.77.0.1, the\n"
     "      Soft-RoCE guest's rxe0), values of N bytes (default 256K; the message slots are 1 KiB).\n"
-    "  kv_cache --listen ADDR PORT\n"
-    "      serve on ADDR:PORT until SIGINT or SIGTERM.\n"
+    "  kv_cache --listen ADDR PORT [--sessions S]\n"
+    "      serve on ADDR:PORT until SIGINT or SIGTERM, or until S sessions have ended (each client makes 2).\n"
     "  kv_cache --connect ADDR PORT [--id I] [--value-size N]\n"
     "      one client, whose key is key-I.\n"
     "\n"
@@ -36,7 +36,7 @@ constexpr const char* usage_text =
     "Run it where verbs work; without an RDMA device, in the Soft-RoCE guest, from the project folder:\n"
     "  tools/rxe-vm -- build/examples/kv_cache --self-test\n";
 
-int run(const example::command_line& cmd, unsigned clients, std::size_t value_size, unsigned id) {
+int run(const example::command_line& cmd, unsigned clients, std::size_t value_size, unsigned id, unsigned sessions) {
   asio::io_context io;
   example::task_group tasks;
   std::optional<coverbs::listener> listener = cmd.listen(io.get_executor());
@@ -47,6 +47,10 @@ int run(const example::command_line& cmd, unsigned clients, std::size_t value_si
     where.port = listener->local_port();
     std::printf("kv_cache server on %s:%u\n", where.address.c_str(), where.port);
     auto on_end = [&](const coverbs::session_report& r) {
+      if (r.peer.empty()) {  // a failed accept: no session
+        std::printf("  %s\n", r.diagnostic.c_str());
+        return;
+      }
       ++sessions_ended;
       std::printf("  session of %s ended: %s\n", r.peer.c_str(), r.reason ? r.reason.message().c_str() : "returned");
     };
@@ -58,9 +62,10 @@ int run(const example::command_line& cmd, unsigned clients, std::size_t value_si
     tasks.spawn(io, kv::run_client(where.address, where.port, cmd.self_test() ? i : id, value_size), "kv_cache client");
   // Named: a coroutine lambda's captures live in the lambda object, which must outlive the coroutine (a
   // temporary one would be gone after the spawn).
+  const int ends = cmd.self_test() ? static_cast<int>(2 * n) : static_cast<int>(sessions);
   auto stop_when_done = [&]() -> asio::awaitable<void> {
     asio::steady_timer t(io);
-    while (tasks.finished + 1 < tasks.started || sessions_ended < static_cast<int>(2 * n)) {
+    while (tasks.finished + 1 < tasks.started || sessions_ended < ends) {
       t.expires_after(std::chrono::milliseconds(20));
       co_await t.async_wait(asio::use_awaitable);
     }
@@ -70,9 +75,9 @@ int run(const example::command_line& cmd, unsigned clients, std::size_t value_si
     asio::steady_timer forever(io, asio::steady_timer::time_point::max());
     co_await forever.async_wait(asio::use_awaitable);
   };
-  if (cmd.self_test())  // the server stops once every client is done and each of its 2 sessions ended
-    tasks.spawn(io, stop_when_done(), "kv_cache self-test");
-  if (cmd.mode == example::role::listen) tasks.spawn(io, serve_forever(), "kv_cache server");
+  // The server stops once every client is done and each of its 2 sessions ended (a server: once S ended).
+  if (cmd.self_test() || sessions > 0) tasks.spawn(io, stop_when_done(), "kv_cache sessions");
+  if (cmd.mode == example::role::listen && sessions == 0) tasks.spawn(io, serve_forever(), "kv_cache server");
   const example::run_result outcome = example::run_tasks(io, tasks, cmd, std::chrono::seconds(60));
   std::printf("  clients          : %u, %u failed\n  value size       : %zu bytes\n", n,
               static_cast<unsigned>(tasks.failed), value_size);
@@ -83,13 +88,15 @@ int run(const example::command_line& cmd, unsigned clients, std::size_t value_si
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::uint64_t clients = 4, value_size = 256 * 1024, id = 0;
+  std::uint64_t clients = 4, value_size = 256 * 1024, id = 0, sessions = 0;
   return example::run_main(
       argc, argv, "kv_cache", usage_text,
       {{"--clients", &clients, 1, 64, example::in_self_test},
        {"--value-size", &value_size, 1, kv::max_value, example::in_self_test | example::in_connect, true},
-       {"--id", &id, 0, 1000000, example::in_connect}},
+       {"--id", &id, 0, 1000000, example::in_connect},
+       {"--sessions", &sessions, 1, 1000000, example::in_listen}},
       [&](const example::command_line& cmd) {
-        return run(cmd, static_cast<unsigned>(clients), value_size, static_cast<unsigned>(id));
+        return run(cmd, static_cast<unsigned>(clients), value_size, static_cast<unsigned>(id),
+                   static_cast<unsigned>(sessions));
       });
 }

@@ -1,6 +1,7 @@
 // kv_cache server: values in registered memory, put by a bulk call (the server reads the client's window), got by
 // RDMA read through a window leased to each client alone; a put over a stored key evicts the old value by
-// invalidating every client's window over it before it answers.
+// invalidating every client's window over it before it answers. A value lives until the last key over it is dead
+// (each lease holds it), so no read ever reaches freed memory, whatever the order of puts, gets and session ends.
 #include "kv_cache/kv_cache.hpp"
 
 #include <algorithm>
@@ -42,10 +43,10 @@ private:
   asio::awaitable<void> put(cv::session& s, cv::inbound_request req) {
     const cv::bulk_request bulk = cv::parse_bulk_request(req.bytes());
     const std::string key(text(bulk.payload).substr(1));
-    auto v = std::make_unique<value>(pd_, std::min<std::uint64_t>(bulk.descriptor.key.length, max_value));
+    auto v = std::make_shared<value>(pd_, std::min<std::uint64_t>(bulk.descriptor.key.length, max_value));
     auto [ec, n] = co_await cv::async_bulk_read(s.qp(), bulk.descriptor, cv::span_of(v->mr), tuple);
-    if (!ec) co_await evict(key);
-    if (!ec) store_[key] = std::move(v);
+    if (!ec) store_[key] = std::move(v);  // the gets from now on see the new value;
+    if (!ec) co_await evict(key);          // every window granted before is over an older one
     const std::string why = ec ? ec.message() : std::string();
     co_await s.endpoint().async_reply(req, asio::buffer(why), asio::use_awaitable);
   }
@@ -53,30 +54,31 @@ private:
   asio::awaitable<void> get(cv::session& s, client& c, cv::inbound_request req) {
     const std::string key(req.str().substr(1));
     std::array<std::byte, cv::bulk_descriptor::wire_size> reply{};
-    const auto found = store_.find(key);
-    if (found != store_.end()) {
+    std::shared_ptr<value> v = store_.contains(key) ? store_[key] : nullptr;
+    if (v) {
       auto lease = std::make_shared<cv::window_lease>(co_await windows_.async_lease(
-          s.qp(), found->second->mr, {}, cv::access::remote_read, {}, asio::use_awaitable));
-      reply = cv::bulk_descriptor::of(*lease, cv::access::remote_read).encode();
-      if (auto& old = c[key]) old->revoke();  // a second get replaces the client's window
-      c[key] = std::move(lease);
+          s.qp(), v->mr, {}, cv::access::remote_read, {}, asio::use_awaitable));
+      lease->async_hold([v](cv::error_code) {});  // the value lives until this key is dead
+      if (store_[key] != v) v = nullptr;           // replaced meanwhile: not handed out (the key dies here)
+      if (v) reply = cv::bulk_descriptor::of(*lease, cv::access::remote_read).encode();
+      if (v && c[key]) c[key]->revoke();  // a second get replaces the client's window
+      if (v) c[key] = std::move(lease);
     }
-    co_await s.endpoint().async_reply(req, std::span(reply).first(found != store_.end() ? reply.size() : 0),
-                                      asio::use_awaitable);
+    co_await s.endpoint().async_reply(req, std::span(reply).first(v ? reply.size() : 0), asio::use_awaitable);
   }
 
-  asio::awaitable<void> evict(const std::string& key) {  // every client's window over the value dies, then it goes
+  // Every client's window over key dies (the windows are taken at once, before any other request runs).
+  asio::awaitable<void> evict(const std::string& key) {
     std::vector<std::shared_ptr<cv::window_lease>> dying;
     for (client& c : clients_)
       if (auto n = c.extract(key)) dying.push_back(std::move(n.mapped()));
     for (auto& lease : dying)
       co_await lease->async_revoke(tuple);
-    store_.erase(key);
   }
 
   cv::protection_domain& pd_;
   cv::window_pool windows_;
-  std::map<std::string, std::unique_ptr<value>> store_;
+  std::map<std::string, std::shared_ptr<value>> store_;
   std::list<client> clients_;
 };
 

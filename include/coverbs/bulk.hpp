@@ -113,8 +113,13 @@ struct bulk_call_state {
 };
 
 /// async_bulk_call as a composed operation: lease (if from a pool) → call → revoke, wait until dead → complete.
+/// It holds the endpoint's state, not the endpoint: an endpoint closed or destroyed meanwhile (a session ended
+/// under the call) fails the call with its error (`errc::endpoint_closed`), and the key still dies — with the
+/// queue pair if that went too (window_lease.hpp).
 struct bulk_call_op {
-  message_endpoint* ep;
+  std::shared_ptr<endpoint_impl> endpoint;
+  message_endpoint::executor_type ex;
+  message_endpoint* starter;  // the endpoint: used by the first step only, inside the initiating call
   window_pool* pool;  // null: `state->lease` is given
   const memory_region* region;
   window_range range;
@@ -128,12 +133,13 @@ struct bulk_call_op {
       // Nothing to describe (a dead lease's key is 0; rights the callee would refuse): refused before anything
       // is posted, completing through the executor (never inside the initiating call) by the last step.
       state->ec = make_error_code(errc::bad_bulk_descriptor);
-      return boost::asio::post(ep->get_executor(), boost::asio::append(std::move(self), error_code()));
+      const message_endpoint::executor_type where = ex;  // a copy: `self`, which holds `ex`, moves into the post
+      return boost::asio::post(where, boost::asio::append(std::move(self), error_code()));
     }
     if (pool) {
       // The bind and the revocation run to their end: a terminal cancellation of a posted bind would move the
       // endpoint's queue pair to the error state. A cancellation meanwhile is seen when the bind completed.
-      pool->async_lease(ep->get_queue_pair(), *region, range, rights, {},
+      pool->async_lease(starter->get_queue_pair(), *region, range, rights, {},
                         boost::asio::bind_cancellation_slot(boost::asio::cancellation_slot(), std::move(self)));
       return;
     }
@@ -160,6 +166,8 @@ struct bulk_call_op {
     self.complete(state->ec, std::move(state->reply));
   }
 
+  static std::shared_ptr<endpoint_impl> state_of(const message_endpoint& ep) noexcept { return ep.impl_; }
+
 private:
   static bool valid_rights(access r) noexcept {
     return r != access::none && (r & ~(access::remote_read | access::remote_write)) == access::none;
@@ -172,7 +180,8 @@ private:
   void call(Self& self) {
     state->descriptor = bulk_descriptor::of(state->lease, rights).encode();
     state->request.insert(state->request.begin(), boost::asio::buffer(state->descriptor));
-    ep->async_call(state->request, std::move(self));
+    message_endpoint::initiate_on<inbound_message>(endpoint.get(), ex, std::move(self), message_op_kind::call,
+                                                   message_type::request, 0, state->request);
   }
 };
 
@@ -184,7 +193,8 @@ auto initiate_bulk_call(message_endpoint& ep, window_pool* pool, const memory_re
   for (auto i = boost::asio::buffer_sequence_begin(request); i != boost::asio::buffer_sequence_end(request); ++i)
     state->request.emplace_back(*i);
   return boost::asio::async_compose<Token, void(error_code, inbound_message)>(
-      bulk_call_op{&ep, pool, region, range, rights, std::move(state)}, token, ep.get_executor());
+      bulk_call_op{bulk_call_op::state_of(ep), ep.get_executor(), &ep, pool, region, range, rights, std::move(state)},
+      token, ep.get_executor());
 }
 
 }  // namespace detail
@@ -202,8 +212,10 @@ auto initiate_bulk_call(message_endpoint& ep, window_pool* pool, const memory_re
 /// remote_write; those of `window_pool::async_lease` (`errc::window_pool_exhausted`, a bind refused before
 /// posting, e.g. a right the region lacks), then those of `message_endpoint::async_call` (`errc::message_too_large`,
 /// ...).
-/// @par Lifetime The endpoint's queue pair outlives the call (the revocation posts on it): await a session's bulk
-/// calls before closing or destroying it.
+/// @par Lifetime The region outlives the call. The endpoint and its queue pair may go first (a session closed
+/// or destroyed under the call): the call then fails (`operation_aborted` if it was waiting for its reply,
+/// `errc::endpoint_closed` if it had not been sent), and still completes only once the key is dead — a type-2
+/// key dies with its queue pair; a type-1 window is deallocated when no queue pair is left to invalidate it.
 /// @par Per-Operation Cancellation Any type, in any phase: the call is abandoned (as `async_call`'s), the key
 /// revoked, and the operation completes with `operation_aborted` once the key is dead. A bind or a revocation
 /// on the wire runs to its end first (cancelling a posted request would fail the queue pair).

@@ -299,6 +299,10 @@ enum class errc : int {
   /// (`connection::prepared()`): connect or accept it with `session_options` (`async_connect_session`,
   /// `async_serve`). Equivalent to `boost::system::errc::invalid_argument`.
   not_a_session_connection,
+  /// The session's peer sent nothing (no message, no credit update) for `server_options::idle_timeout`: the
+  /// server ended the session (its coroutine's pending operation was cancelled) and closed it. Equivalent to
+  /// `boost::system::errc::timed_out`.
+  session_idle,
 
   // --- bulk transfers (bulk.hpp) ---
   /// A bulk descriptor (bulk.hpp) names more bytes than this side allows: `async_bulk_read` of a region longer

@@ -83,6 +83,9 @@
 namespace coverbs {
 
 class protection_domain;
+namespace detail {
+struct bulk_call_op;
+}  // namespace detail
 
 /// Sizes of an endpoint's slots. The two sides may differ: each header carries its sender's `slot_size`, and a
 /// message is refused before posting (`errc::message_too_large`) unless it fits both this side's slots and the
@@ -232,29 +235,38 @@ public:
   }
 
 private:
+  // A bulk call keeps the endpoint's state (not the endpoint, which may go first) to make its call.
+  friend struct detail::bulk_call_op;
+
   template <class Result>
   struct initiation {
-    message_endpoint* self;
-    executor_type get_executor() const noexcept { return self->ex_; }
+    detail::endpoint_impl* impl;  // null: a moved-from endpoint (endpoint_closed)
+    executor_type ex;
+    executor_type get_executor() const noexcept { return ex; }
     template <class Handler, class Buffers>
     void operator()(Handler&& handler, detail::message_op_kind kind, message_type type, std::uint64_t id,
                     const Buffers& buffers) const {
       using op_type = detail::message_op_impl<Result, executor_type, std::decay_t<Handler>, Buffers>;
       std::decay_t<Handler> h(std::forward<Handler>(handler));
-      auto* op = op_type::create(std::move(h), self->ex_, buffers);
+      auto* op = op_type::create(std::move(h), ex, buffers);
       op->kind = kind;
       op->type = type;
       op->correlation_id = id;
       op->length = boost::asio::buffer_size(buffers);
-      detail::start_message_op(self->impl_.get(), op);
+      detail::start_message_op(impl, op);
     }
   };
 
   template <class Result, class Token, class Buffers>
+  static auto initiate_on(detail::endpoint_impl* impl, const executor_type& ex, Token&& token,
+                          detail::message_op_kind kind, message_type type, std::uint64_t id, const Buffers& buffers) {
+    using signature = typename detail::message_signature<Result>::type;
+    return detail::initiate_checked<Token, signature>(initiation<Result>{impl, ex}, token, kind, type, id, buffers);
+  }
+  template <class Result, class Token, class Buffers>
   auto initiate(Token&& token, detail::message_op_kind kind, message_type type, std::uint64_t id,
                 const Buffers& buffers) {
-    using signature = typename detail::message_signature<Result>::type;
-    return detail::initiate_checked<Token, signature>(initiation<Result>{this}, token, kind, type, id, buffers);
+    return initiate_on<Result>(impl_.get(), ex_, std::forward<Token>(token), kind, type, id, buffers);
   }
 
   std::shared_ptr<detail::endpoint_impl> impl_;

@@ -22,6 +22,13 @@
 /// threw (`errc::session_handler_threw` for an exception without one), else empty (it returned). A peer that
 /// breaks the protocol ends its own session only: the server and the other sessions go on.
 ///
+/// @par Bounds a server keeps against its peers
+/// `server_options::max_sessions` caps the sessions running at once: at the cap the server accepts nothing, so
+/// connection requests wait in the listener's backlog (a requester whose request waits longer than its connect
+/// timeout gets `errc::connection_unreachable`) until a session ends. `server_options::idle_timeout` ends a
+/// session whose peer sent nothing for that long (`errc::session_idle`): a peer that connects and stays silent
+/// holds a session's slots and a place under the cap only that long.
+///
 /// @par Per-Operation Cancellation
 /// Terminal: `async_serve` stops accepting and completes with `operation_aborted`; sessions already running go
 /// on to their own end (each still reports).
@@ -33,6 +40,8 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include <chrono>
+#include <cstddef>
 #include <functional>
 #include <string>
 
@@ -58,6 +67,11 @@ struct server_options {
   loop_pool* pool = nullptr;
   /// Called on the session's executor once a session is closed; also for a failed accept (`peer` empty).
   std::function<void(const session_report&)> on_end;
+  /// The most sessions running at once (0: no limit); see the file comment.
+  std::size_t max_sessions = 0;
+  /// A session whose peer sent nothing — no message and no credit update — for this long is ended with
+  /// `errc::session_idle` (zero: never). Checked four times per period, so it ends within 1.25 times it.
+  std::chrono::milliseconds idle_timeout{0};
 };
 
 /// A session's coroutine: runs on the session's executor, holds the session by reference while it runs.

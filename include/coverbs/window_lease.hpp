@@ -3,8 +3,9 @@
 /// `window_lease`: an RAII remote key granted through a pooled window (`window_pool::async_lease`,
 /// window_pool.hpp).
 ///
-/// A lease's key dies at the first of: its time-to-live, `revoke()`, the lease's destruction, or the peer's
-/// send-with-invalidate of it. Local revocation invalidates the key asynchronously (never blocking the
+/// A lease's key dies at the first of: its time-to-live, `revoke()`, the lease's destruction, the peer's
+/// send-with-invalidate of it, or (type-2 windows, whose key serves that queue pair only) the reset or
+/// destruction of the queue pair it was bound through. Local revocation invalidates the key asynchronously (never blocking the
 /// loop); the window then returns to the pool.
 ///
 /// Revocation on cancellation: `async_hold` completes when the key dies; cancelling it (any cancellation
@@ -35,7 +36,9 @@
 namespace coverbs {
 
 /// An RAII grant of a remote key through a pooled window. Move-only; an empty lease holds nothing.
-/// Lifetime: the queue pair it was bound through and the region outlive it.
+/// Lifetime: the region outlives it. The queue pair it was bound through may go first (destroyed, e.g. with
+/// its session): a type-2 key dies with it; a type-1 key lives on until the lease is revoked, expires or is
+/// destroyed, and is then killed by deallocating the window (there is no queue pair left to post on).
 ///
 /// Like an Asio I/O object, a lease has an executor: the one of the queue pair it was bound through, where
 /// its handlers run unless they have an associated executor of their own. An empty lease that `async_lease`
@@ -84,7 +87,8 @@ public:
   /// Waits until the key dies.
   /// @par Completion Signature `void(error_code)`: success when the peer invalidated the key
   /// (send-with-invalidate: "done"), `errc::lease_expired` at the time-to-live, `operation_aborted` after
-  /// `revoke()` or cancellation; EBADF on an empty lease.
+  /// `revoke()`, cancellation, or the reset or destruction of a type-2 window's queue pair; EBADF on an empty
+  /// lease.
   /// @par Executor The handler runs on its associated executor, else on the lease's (`get_executor()`), never
   /// inside this call. A default-constructed lease has no executor: there a handler without one of its own
   /// (a plain callback) has nowhere to run, and this call throws `system_error` EBADF instead of running it

@@ -107,6 +107,7 @@ boost::system::error_condition coverbs_category_impl::default_error_condition(in
   case errc::bulk_too_large: return make_error_condition(sys::message_size);
   case errc::bad_bulk_descriptor: return make_error_condition(sys::invalid_argument);
   case errc::not_a_session_connection: return make_error_condition(sys::invalid_argument);
+  case errc::session_idle: return make_error_condition(sys::timed_out);
   default: return {ev, *this};
   }
 }
@@ -347,6 +348,9 @@ std::string coverbs_category_impl::message(int ev) const {
   case errc::not_a_session_connection:
     return "the connection holds no message endpoint made before it was established (connection::prepared()): "
            "connect with async_connect_session or accept with async_serve, whose session_options make one";
+  case errc::session_idle:
+    return "the session's peer sent nothing (no message, no credit update) for server_options::idle_timeout: the "
+           "server ended the session and closed it; raise the timeout, or have the peer call or send more often";
   }
   return "unknown coverbs error " + std::to_string(ev);
 }

@@ -130,6 +130,9 @@ public:
   node_fifo sent_;   // posted send operations in posting order: the queue completes them in this order
   node_fifo retired_;  // completed send operations whose handlers have yet to run, in posting order
   bool* destroyed_ = nullptr;  // set by the destructor for the innermost run_retired() running
+  // Expires when this queue pair is destroyed: what outlives it and posted through it (a window_lease's
+  // revocation) learns it is gone.
+  std::shared_ptr<const bool> life_ = std::make_shared<const bool>(true);
   std::uint32_t batch_cap_ = 1;            // the longest list one ibv_post_send carries
   dispatch_turn* turn_ = nullptr;          // the turn this queue pair is enrolled in while `batch_` fills
   queue_pair_impl* turn_next_ = nullptr;   // the next queue pair enrolled in `turn_`

@@ -222,7 +222,11 @@ queue_pair_impl::~queue_pair_impl() {
     finish(a, a->first_error, nullptr, completion_mode::post);
   // First: from here on no device event touches this queue pair from another thread.
   unregister_qp(registration_);
-  unlink_windows_from(qp_->context, qp_->qp_num);  // its number may be reused: its windows are nobody's now
+  // A type-2 key bound through it can serve no queue pair any more: its window is replaced (the key dead for
+  // sure) and its lease ended (window_lease: "the queue pair's destruction"). Then its number may be reused:
+  // whatever is still linked to it is nobody's.
+  forget_windows_bound_through(qp_->context, qp_->qp_num);
+  unlink_windows_from(qp_->context, qp_->qp_num);
   if (sq_.outstanding || rq_.outstanding) {
     // Flush what is outstanding and wait for the device to retire it: a completion naming a freed
     // operation must never reach the queue.
@@ -341,10 +345,11 @@ void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, completion_mod
     // Flushed because a device event (e.g. the port went down) moved us to the error state: that is the cause.
     if (status == wc_errc::wr_flush_err)
       if (const error_code cause = registration_->pending_cause()) error_ = cause;
-    // A failed UD send stops only the send queue (SQE): coverbs' error model, which flushes the receives too,
-    // needs the error state.
-    if (create_.type != IBV_QPT_RC && !n->is_recv) [[unlikely]]
-      modify_to_error();
+    // Into the error state again (ERR to ERR is allowed): a failed UD send stops only the send queue (SQE),
+    // and coverbs' error model, which flushes the receives too, needs the error state; and a request posted
+    // after the device moved the queue pair there by itself, before this completion was read, is flushed
+    // only by a transition on some devices (rxe: a receive posted from user space rings no doorbell).
+    modify_to_error();
     fail_unposted();
   }
   if (status && !n->first_error) n->first_error = status;
@@ -458,6 +463,9 @@ void queue_pair_impl::on_async_error(const error_code& cause) {
     gates_ |= gate_in_error;
     error_ = cause;
   }
+  // The event's reader moved the queue pair to the error state from its own thread; a receive this executor
+  // posted since then would wait forever on rxe (see on_completion): now that nothing more is posted, again.
+  modify_to_error();
   fail_unposted();
 }
 

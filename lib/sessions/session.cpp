@@ -13,7 +13,9 @@ namespace coverbs {
 
 namespace asio = boost::asio;
 
-// Destroyed in reverse order: the leases revoked first, then the endpoint closed, then the connection.
+// Destroyed as close_steps closes, without waiting: the leases revoked first, then the endpoint's operations
+// ended (its slots still registered) and the queue pair moved to the error state (from then on nothing the peer
+// sends lands), then the slots deregistered, then the connection with its queue pair and domain.
 struct session::state {
   connection conn;
   std::shared_ptr<message_endpoint> endpoint;
@@ -21,7 +23,15 @@ struct session::state {
   ~state() {
     for (window_lease& l : leases)
       l.revoke();
-    if (endpoint) endpoint->close();
+    if (!endpoint) return;
+    endpoint->shutdown();
+    if (conn) {
+      ibv_qp_attr attr{};
+      attr.qp_state = IBV_QPS_ERR;
+      error_code ignored;  // a queue pair the device cannot move is destroyed with the connection all the same
+      conn.qp().modify(attr, IBV_QP_STATE, ignored);
+    }
+    endpoint->close();
   }
 };
 

@@ -5,11 +5,16 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <memory>
 
 namespace coverbs::detail {
 
@@ -17,15 +22,48 @@ namespace asio = boost::asio;
 
 namespace {
 
-asio::awaitable<void> run_session(connection c, session_handler handler,
-                                  std::function<void(const session_report&)> on_end) {
+/// The sessions running (server_options::max_sessions), counted on the listener's executor, and the timer the
+/// accept loop waits on at the cap: a session's end cancels it.
+struct session_count {
+  explicit session_count(const listener::executor_type& ex) : wake(ex) {}
+  std::size_t running = 0;
+  asio::steady_timer wake;
+};
+
+/// Completes once the session's peer has sent nothing — messages and credit updates received unchanged — over
+/// four checks a quarter of `idle` apart (so between 1 and 1.25 times `idle` after its last message).
+asio::awaitable<void> idle_watch(session& s, std::chrono::milliseconds idle) {
+  asio::steady_timer t(co_await asio::this_coro::executor);
+  const auto received = [&s] {
+    const message_statistics st = s.endpoint().statistics();
+    return st.messages_received + st.credit_updates_received;
+  };
+  std::uint64_t last = received();
+  for (int quiet = 0; quiet < 4;) {
+    t.expires_after(std::max(idle / 4, std::chrono::milliseconds(1)));
+    co_await t.async_wait(asio::use_awaitable);
+    const std::uint64_t now = received();
+    quiet = now == last ? quiet + 1 : 0;
+    last = now;
+  }
+}
+
+asio::awaitable<void> run_session(connection c, session_handler handler, server_options options,
+                                  std::shared_ptr<session_count> count) {
+  using namespace asio::experimental::awaitable_operators;
   session_report r;
   r.peer = c.remote_endpoint();
   session s;
   error_code thrown;
+  bool idle = false;
   try {
     s = session(std::move(c));
-    co_await handler(s);
+    if (options.idle_timeout.count() > 0) {
+      auto winner = co_await (handler(s) || idle_watch(s, options.idle_timeout));
+      idle = winner.index() == 1;  // the handler's pending operation was cancelled
+    } else {
+      co_await handler(s);
+    }
   } catch (const std::exception& e) {
     thrown = code_of(std::current_exception());
     r.diagnostic = e.what();
@@ -40,12 +78,17 @@ asio::awaitable<void> run_session(connection c, session_handler handler,
     }
     r.statistics = s.endpoint().statistics();
   }
+  if (!r.reason && idle) r.reason = make_error_code(errc::session_idle);
   if (!r.reason) r.reason = thrown;
   if (s) {
     auto [ec] = co_await s.async_close(asio::as_tuple(asio::use_awaitable));
     r.close_error = ec;
   }
-  if (on_end) on_end(r);
+  if (count) asio::post(count->wake.get_executor(), [count] {
+      --count->running;
+      count->wake.cancel();
+    });
+  if (options.on_end) options.on_end(r);
 }
 
 }  // namespace
@@ -56,11 +99,19 @@ asio::awaitable<error_code> serve_loop(listener& l, session_handler handler, ser
   // up to a second, so the loop never spins; a session accepted resets it.
   std::chrono::milliseconds pause{0};
   asio::steady_timer backoff(l.get_executor());
+  const auto count = options.max_sessions ? std::make_shared<session_count>(l.get_executor()) : nullptr;
   for (;;) {
     if (pause.count() > 0) {
       backoff.expires_after(pause);
       auto [waited] = co_await backoff.async_wait(asio::as_tuple(asio::use_awaitable));
       if (waited == asio::error::operation_aborted) co_return waited;
+    }
+    // At the cap: no accept (requests wait in the listener's backlog) until a session ends.
+    while (count && count->running >= options.max_sessions) {
+      count->wake.expires_at(asio::steady_timer::time_point::max());
+      co_await count->wake.async_wait(asio::as_tuple(asio::use_awaitable));
+      const asio::cancellation_state state = co_await asio::this_coro::cancellation_state;
+      if (state.cancelled() != asio::cancellation_type::none) co_return make_error_code(asio::error::operation_aborted);
     }
     loop_pool::member* m = options.pool ? &options.pool->least_loaded() : nullptr;
     connection_options co = session_connection_options(options.session.connection, options.session.messages);
@@ -75,7 +126,8 @@ asio::awaitable<error_code> serve_loop(listener& l, session_handler handler, ser
     }
     pause = std::chrono::milliseconds(0);
     const connection::executor_type where = c.get_executor();  // before c moves into the coroutine
-    asio::co_spawn(where, run_session(std::move(c), handler, options.on_end), asio::detached);
+    if (count) ++count->running;
+    asio::co_spawn(where, run_session(std::move(c), handler, options, count), asio::detached);
   }
 }
 

@@ -6,6 +6,7 @@
 #include "windows/window_registry.hpp"
 
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/error.hpp>
 
 #include <cstdio>
 #include <vector>
@@ -15,7 +16,7 @@ namespace coverbs::detail {
 void accept_remote_invalidation(window_impl* w) noexcept {
   record_unbound(w);
   count(window_counter::remote_invalidations);
-  if (w->on_remote_invalidation) w->on_remote_invalidation(w->hook_context);
+  if (w->on_remote_invalidation) w->on_remote_invalidation(w->hook_context, {});
 }
 
 namespace {
@@ -34,7 +35,7 @@ void settle_foreign_invalidation(ibv_context* context, std::uint64_t binding) no
   // Not bound any more (destroyed, or an invalidation or rebind in flight, whose failure replaces it): done.
   if (!w || w->state != window_state::bound) return;
   replace(w);
-  if (w->on_remote_invalidation) w->on_remote_invalidation(w->hook_context);
+  if (w->on_remote_invalidation) w->on_remote_invalidation(w->hook_context, {});
 }
 
 }  // namespace
@@ -113,7 +114,7 @@ void forget_windows_bound_through(ibv_context* context, std::uint32_t qp_num) no
   for (window_impl* w : bound) {
     if (w->state != window_state::bound) continue;
     replace(w);  // deallocated and allocated anew: the key is dead on any device
-    if (w->on_remote_invalidation) w->on_remote_invalidation(w->hook_context);
+    if (w->on_remote_invalidation) w->on_remote_invalidation(w->hook_context, boost::asio::error::operation_aborted);
   }
 }
 

@@ -28,8 +28,9 @@ class window_impl;
 ///   lease's hook told.
 error_code note_remote_invalidation(ibv_context* context, std::uint32_t rkey, std::uint32_t qp_num) noexcept;
 
-/// Queue pair `qp_num` of `context` was reset (a new connection, perhaps to another peer): every window bound
-/// through it now is replaced (its key dead) and its lease's hook told. On that queue pair's executor.
+/// Queue pair `qp_num` of `context` was reset (a new connection, perhaps to another peer) or is being destroyed:
+/// every type-2 window bound through it now is replaced (its key dead) and its lease's hook told
+/// (operation_aborted). On that queue pair's executor.
 void forget_windows_bound_through(ibv_context* context, std::uint32_t qp_num) noexcept;
 /// Queue pair `qp_num` of `context` is being destroyed (its number may be reused): the windows bound through
 /// it keep their keys but no longer count as bound through any queue pair, so a later remote invalidation of

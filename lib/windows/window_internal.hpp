@@ -36,8 +36,10 @@ public:
   bool orphaned = false;  // the memory_window was destroyed while an operation was in flight
   // Its entry in the region registry: which region's deregistration it holds up while bound.
   region_binding region_entry;
-  // Told when a peer invalidated the key (window_lease).
-  void (*on_remote_invalidation)(void* context) = nullptr;
+  // Told when the key died by anything but this window's own operations (window_lease): a peer's
+  // send-with-invalidate, or a foreign one (cause empty); the queue pair it was bound through reset or destroyed
+  // (cause operation_aborted).
+  void (*on_remote_invalidation)(void* context, error_code cause) = nullptr;
   void* hook_context = nullptr;
   // The live binding as other threads may read it (a peer's send-with-invalidate arriving on another queue
   // pair): (qp_num << 32) | rkey, qp_num being the queue pair a type-2 window was bound through (0 for type 1,

@@ -2,6 +2,7 @@
 #include <coverbs/window_operations.hpp>
 #include <coverbs/window_pool.hpp>
 
+#include "dataplane/qp_impl.hpp"
 #include "windows/window_counters.hpp"
 #include "windows/window_internal.hpp"
 
@@ -59,10 +60,13 @@ struct lease_waiter {
 struct lease_state : std::enable_shared_from_this<lease_state> {
   enum class phase { active, revoking, dead };
   lease_state(std::shared_ptr<pool_impl> p, queue_pair& q, memory_window w)
-      : pool(std::move(p)), qp(&q), window(std::move(w)), timer(q.get_executor()) {}
+      : pool(std::move(p)), qp(&q), qp_life(impl_access::get(q)->life_), ex(q.get_executor()), window(std::move(w)),
+        timer(ex) {}
 
   std::shared_ptr<pool_impl> pool;
-  queue_pair* qp;
+  queue_pair* qp;                   // used only while qp_life holds: the revocation posts on it
+  std::weak_ptr<const bool> qp_life;  // expired once the queue pair is destroyed
+  queue_pair::executor_type ex;     // where handlers run (the queue pair's), valid after it is gone
   memory_window window;
   remote_key key;
   boost::asio::steady_timer timer;
@@ -96,7 +100,7 @@ void end_lease(const std::shared_ptr<lease_state>& s) {
   std::list<lease_waiter> waiters = std::move(s->waiters);
   for (lease_waiter& w : waiters) {
     const error_code ec = !w.hold ? error_code{} : w.cancelled ? boost::asio::error::operation_aborted : s->cause;
-    post_completion(std::move(w.handler), s->qp->get_executor(), ec);
+    post_completion(std::move(w.handler), s->ex, ec);
   }
 }
 
@@ -105,13 +109,21 @@ void start_revoke(const std::shared_ptr<lease_state>& s, error_code cause) {
   s->state = lease_state::phase::revoking;
   s->cause = cause;
   s->timer.cancel();
+  if (s->qp_life.expired()) {
+    // Its queue pair is gone (a type-1 window: a type-2 one's lease ended with it): nothing to post the
+    // invalidation on, so the window is deallocated, which kills the key all the same.
+    s->window = memory_window();
+    return end_lease(s);
+  }
   invalidate(*s->qp, s->window, [s](error_code) { end_lease(s); });  // the key is dead even on error
 }
 
-void on_peer_invalidation(void* context) {
+/// The key died by another's hand: the peer's send-with-invalidate (`cause` empty), or the reset or destruction
+/// of its queue pair (operation_aborted).
+void on_peer_invalidation(void* context, error_code cause) {
   auto s = static_cast<lease_state*>(context)->shared_from_this();
   if (s->state != lease_state::phase::active) return;
-  s->cause = {};
+  s->cause = cause;
   end_lease(s);
 }
 
@@ -151,17 +163,19 @@ void start_lease(const std::shared_ptr<pool_impl>& pool, queue_pair& qp, const m
   bind_mw(qp, s->window, region, range, rights,
           boost::asio::bind_cancellation_slot(
               slot, [s, ttl, h = std::move(handler)](error_code ec, remote_key key) mutable {
+                // Bound, then its queue pair was reset or destroyed before this ran: the key is dead already.
+                if (!ec && s->window.state() != window_state::bound) ec = boost::asio::error::operation_aborted;
                 if (ec) {
                   s->state = lease_state::phase::dead;
                   s->pool->release(std::move(s->window));
-                  return post_completion(std::move(h), s->qp->get_executor(), ec, window_lease(s->qp->get_executor()));
+                  return post_completion(std::move(h), s->ex, ec, window_lease(s->ex));
                 }
                 s->key = key;
                 impl_of(s->window)->on_remote_invalidation = &on_peer_invalidation;
                 impl_of(s->window)->hook_context = s.get();
                 arm_ttl(s, ttl);
                 count(window_counter::leases_granted);
-                post_completion(std::move(h), s->qp->get_executor(), error_code{}, window_lease(s));
+                post_completion(std::move(h), s->ex, error_code{}, window_lease(s));
               }));
 }
 
@@ -170,7 +184,7 @@ void add_waiter(const std::shared_ptr<lease_state>& s, const queue_pair::executo
   if (!s) return post_completion(std::move(handler), ex, errno_code(EBADF));
   if (s->state == lease_state::phase::dead) {
     const error_code ec = hold ? s->cause : error_code{};
-    return post_completion(std::move(handler), s->qp->get_executor(), ec);
+    return post_completion(std::move(handler), s->ex, ec);
   }
   s->waiters.push_back({std::move(handler), hold, false});
   lease_waiter& w = s->waiters.back();
@@ -188,7 +202,7 @@ void add_waiter(const std::shared_ptr<lease_state>& s, const queue_pair::executo
 // --- window_lease ---
 
 window_lease::window_lease(std::shared_ptr<detail::lease_state> state) noexcept
-    : ex_(state ? state->qp->get_executor() : executor_type()), state_(std::move(state)) {}
+    : ex_(state ? state->ex : executor_type()), state_(std::move(state)) {}
 
 window_lease& window_lease::operator=(window_lease&& other) noexcept {
   if (this != &other) {

@@ -118,6 +118,18 @@ struct rig {
   }
 };
 
+/// Waits on the loop, 5 ms at a time, until `done()` holds or `limit` has passed; whether it holds. (Pass a named
+/// predicate, and await into a named variable: GCC 12 mishandles temporaries in a co_await's full-expression.)
+template <class Pred>
+awaitable<bool> eventually(Pred done, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  asio::steady_timer tick(co_await asio::this_coro::executor);
+  for (auto waited = std::chrono::milliseconds(0); !done() && waited < limit; waited += std::chrono::milliseconds(5)) {
+    tick.expires_after(std::chrono::milliseconds(5));
+    co_await tick.async_wait(asio::use_awaitable);
+  }
+  co_return done();
+}
+
 }  // namespace
 
 TEST_CASE("a bulk call moves 1 MiB both ways byte-exact, and its key is dead once it completes; a late read with it "
@@ -210,11 +222,9 @@ TEST_CASE("a bulk call cancelled at once, while its bind is on the wire, ends wi
         s.endpoint(), c.windows, c.mr, {0, 64}, cv::access::remote_read, std::span(one),
         asio::bind_cancellation_slot(cancel.slot(), [&](cv::error_code ec, cv::inbound_message) { done = ec; }));
     cancel.emit(asio::cancellation_type::terminal);  // the bind was posted by the initiation
-    asio::steady_timer tick(r.ex);
-    while (!done) {
-      tick.expires_after(std::chrono::milliseconds(5));
-      co_await tick.async_wait(asio::use_awaitable);
-    }
+    auto called_back = [&] { return done.has_value(); };
+    const bool ended = co_await eventually(called_back);
+    REQUIRE(ended);
     CHECK(*done == asio::error::operation_aborted);
     CHECK(c.windows.free() == c.windows.size());  // its key is dead: the window is back
     CHECK_FALSE(s.endpoint().error());            // the bind ran to its end: the queue pair is healthy
@@ -351,4 +361,76 @@ TEST_CASE("a bulk descriptor longer than the callee allows is refused with bulk_
   CHECK(refusals[4] == cv::errc::bad_bulk_descriptor);  // no remote_write
   CHECK_FALSE(completed_inline);
   CHECK(last_read == 4096);
+}
+
+TEST_CASE("a bulk call whose session is destroyed under it completes with operation_aborted once its key is dead "
+          "(no queue pair left, so the window is deallocated)",
+          "[bulk]") {
+  rig r;
+  caller& c = r.c;
+  std::optional<throwaway> t;
+  callee_log log;
+  std::optional<cv::inbound_request> held;
+  auto callee = [&](cv::session& s) -> awaitable<void> {
+    cv::inbound_request req = co_await s.endpoint().async_receive_request(asio::use_awaitable);
+    log.descriptor = cv::parse_bulk_request(req.bytes()).descriptor;
+    ++log.requests;
+    log.in_call_read = co_await t->read(log.descriptor->key);
+    held.emplace(std::move(req));  // never answered
+    cv::error_code ec;
+    while (!ec) {
+      auto [e, next] = co_await s.endpoint().async_receive_request(with_ec);
+      ec = e;
+    }
+  };
+  r.serve(callee);
+  r.loop.run([&]() -> awaitable<void> {
+    t.emplace(co_await make_throwaway(r.others, c));
+    std::optional<cv::session> s(co_await r.connect());
+    const std::byte one[1] = {};
+    std::optional<cv::error_code> done;
+    cv::async_bulk_call(s->endpoint(), c.windows, c.mr, {0, 4096}, cv::access::remote_read, std::span(one),
+                        [&](cv::error_code ec, cv::inbound_message) { done = ec; });
+    auto read_in_call = [&] { return log.in_call_read.has_value(); };
+    const bool read = co_await eventually(read_in_call);
+    REQUIRE(read);
+    REQUIRE_FALSE(*log.in_call_read);  // the key worked while the call waited for its reply
+    s.reset();  // the endpoint, then the connection and its queue pair: the call's revocation has none to post on
+    auto called_back = [&] { return done.has_value(); };
+    const bool ended = co_await eventually(called_back);
+    REQUIRE(ended);
+    CHECK(*done == asio::error::operation_aborted);
+    CHECK(c.windows.free() == c.windows.size());
+    const cv::error_code late = co_await t->read(log.descriptor->key);
+    CHECK(late == cv::wc_errc::rem_access_err);  // the key is dead
+    held.reset();
+  });
+}
+
+TEST_CASE("a type-2 lease ends when the queue pair it was bound through is destroyed; async_hold completes with "
+          "operation_aborted and the window is back in the pool",
+          "[bulk]") {
+  rig r;
+  caller& c = r.c;
+  cv::window_pool type2(c.pd, {.type = cv::window_type::type2});
+  std::optional<throwaway> t;
+  r.loop.run([&]() -> awaitable<void> {
+    t.emplace(co_await make_throwaway(r.others, c));
+    cv::window_lease lease = co_await type2.async_lease(t->connected.qp(), c.mr, {0, 4096}, cv::access::remote_read,
+                                                        {}, asio::use_awaitable);
+    REQUIRE(lease.active());
+    CHECK(type2.free() + 1 == type2.size());
+    std::optional<cv::error_code> held;
+    lease.async_hold([&](cv::error_code ec) { held = ec; });
+    t.reset();  // both connections, and so the queue pair of the lease
+    auto hold_ended = [&] { return held.has_value(); };
+    const bool ended = co_await eventually(hold_ended);
+    REQUIRE(ended);
+    CHECK(*held == asio::error::operation_aborted);
+    CHECK_FALSE(lease.active());
+    CHECK(type2.free() == type2.size());
+    lease.revoke();  // nothing to do: it is dead
+    auto [revoked] = co_await lease.async_revoke(with_ec);
+    CHECK_FALSE(revoked);
+  });
 }

@@ -188,6 +188,33 @@ TEST_CASE("a wrong rkey fails with rem_access_err; later and outstanding operati
   CHECK(p.cq.outstanding() == 0);
 }
 
+TEST_CASE("a receive posted after the device moved the queue pair to the error state, before coverbs read the error, "
+          "is flushed too",
+          "[qp][errors]") {
+  // rxe flushes a queue pair's receives when it enters the error state; one posted later (a user-space post
+  // rings no doorbell) waits for another transition. Here the device fails the queue pair (a NAK) while the
+  // loop is not running, and a receive is posted before the loop reads the error: coverbs, learning of the
+  // error, moves the queue pair to the error state again, which flushes it.
+  rc_pair p;
+  test_buffer local(p.pd, 4096), remote(p.pd, 4096);
+  cv::remote_key bad = remote.key();
+  bad.rkey ^= 0x5a5a00;
+  completion<std::size_t> w_bad;
+  completion<cv::received> before, after;
+  p.a.async_recv(local.span(0, 64), before.handler());
+  p.a.async_write(local.span(0, 64), bad, w_bad.handler());
+  for (int i = 0; i < 500 && p.a.state() != IBV_QPS_ERR; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(p.a.state() == IBV_QPS_ERR);
+  CHECK_FALSE(p.a.error());  // not read yet
+  p.a.async_recv(local.span(64, 64), after.handler());
+  REQUIRE(p.run_until([&] { return w_bad.done() && before.done() && after.done(); }, std::chrono::seconds(5)));
+  CHECK(*w_bad.ec == cv::wc_errc::rem_access_err);
+  CHECK(*before.ec == cv::wc_errc::wr_flush_err);
+  CHECK(*after.ec == cv::wc_errc::wr_flush_err);
+  CHECK(p.cq.outstanding() == 0);
+}
+
 TEST_CASE("with the default retry count, a write to a queue pair that is gone fails with retry_exc_err",
           "[qp][errors][retry]") {
   // The peer's queue pair is destroyed without a word: its packets are dropped by the responder's device,

@@ -13,6 +13,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -93,6 +94,15 @@ cv::server_options reporting_to(reports& r) {
   o.on_end = r.sink();
   return o;
 }
+
+/// One test's loop, a listener on rxe0's address, and a server's options whose session ends go to `ends`.
+struct server_rig {
+  test::event_loop loop;
+  asio::io_context::executor_type ex = loop.io.get_executor();
+  cv::listener l{ex, address, 0};
+  reports ends;
+  cv::server_options o = reporting_to(ends);
+};
 
 /// One call of `n` bytes through a fresh session, checked byte-exact, then closed.
 awaitable<void> one_call(std::uint16_t port, std::size_t n) {
@@ -332,4 +342,91 @@ TEST_CASE("a session needs a connection made with session options", "[sessions]"
     CHECK(e.code() == cv::errc::not_a_session_connection);
     CHECK(e.code() == boost::system::errc::invalid_argument);
   }
+}
+
+TEST_CASE("max_sessions: at the cap the server accepts no one until a session ends, and then the waiting peer is "
+          "served",
+          "[sessions]") {
+  server_rig r;
+  r.o.max_sessions = 1;
+  int running = 0, most = 0, served = 0;
+  auto handler = [&](cv::session& s) -> awaitable<void> {
+    most = std::max(most, ++running);
+    ++served;
+    cv::error_code ec;
+    while (!ec) {  // answers until the peer closes
+      auto [e, req] = co_await s.endpoint().async_receive_request(with_ec);
+      ec = e;
+      if (!ec) co_await s.endpoint().async_reply(req, req.bytes(), asio::use_awaitable);
+    }
+    --running;
+  };
+  cv::async_serve(r.l, handler, r.o, asio::detached);
+  r.loop.run([&]() -> awaitable<void> {
+    auto [ec1, first] = co_await cv::async_connect_session(r.ex, address, r.l.local_port(), small_sessions(), with_ec);
+    REQUIRE_FALSE(ec1);
+    // The second peer's connect waits in the backlog while the first session runs.
+    std::optional<cv::error_code> second_connected;
+    std::optional<cv::session> second;
+    cv::async_connect_session(r.ex, address, r.l.local_port(), small_sessions(), [&](cv::error_code ec, cv::session s) {
+      second_connected = ec;
+      second.emplace(std::move(s));
+    });
+    asio::steady_timer t(r.ex);
+    t.expires_after(std::chrono::milliseconds(700));
+    co_await t.async_wait(asio::use_awaitable);
+    CHECK_FALSE(second_connected);
+    CHECK(served == 1);
+    const std::byte one[1] = {std::byte{7}};
+    cv::inbound_message reply = co_await first.endpoint().async_call(std::span(one), asio::use_awaitable);
+    CHECK(reply.size() == 1);
+    reply.release();
+    auto [cec] = co_await first.async_close(with_ec);
+    CHECK_FALSE(cec);
+    for (int i = 0; !second_connected && i < 1000; ++i) {
+      t.expires_after(std::chrono::milliseconds(10));
+      co_await t.async_wait(asio::use_awaitable);
+    }
+    REQUIRE(second_connected);
+    REQUIRE_FALSE(*second_connected);
+    cv::inbound_message again = co_await second->endpoint().async_call(std::span(one), asio::use_awaitable);
+    CHECK(again.size() == 1);
+    again.release();
+    co_await second->async_close(with_ec);
+  });
+  REQUIRE(r.loop.run_until([&] { return r.ends.size() == 2; }));
+  CHECK(served == 2);
+  CHECK(most == 1);
+}
+
+TEST_CASE("idle_timeout ends a session whose peer sends nothing with session_idle, and not one that keeps calling",
+          "[sessions]") {
+  server_rig r;
+  r.o.idle_timeout = std::chrono::milliseconds(400);
+  cv::async_serve(r.l, reverse_server, r.o, asio::detached);
+  r.loop.run([&]() -> awaitable<void> {
+    auto [ec1, silent] = co_await cv::async_connect_session(r.ex, address, r.l.local_port(), small_sessions(), with_ec);
+    REQUIRE_FALSE(ec1);
+    auto [ec2, busy] = co_await cv::async_connect_session(r.ex, address, r.l.local_port(), small_sessions(), with_ec);
+    REQUIRE_FALSE(ec2);
+    // The busy peer calls every 50 ms for 1.5 s: past three idle periods of the silent one.
+    const std::byte one[1] = {std::byte{3}};
+    asio::steady_timer t(r.ex);
+    for (int i = 0; i < 30; ++i) {
+      cv::inbound_message reply = co_await busy.endpoint().async_call(std::span(one), asio::use_awaitable);
+      REQUIRE(reply.size() == 1);
+      reply.release();
+      t.expires_after(std::chrono::milliseconds(50));
+      co_await t.async_wait(asio::use_awaitable);
+    }
+    REQUIRE(r.ends.size() == 1);  // the silent one only
+    CHECK(r.ends.at(0).reason == cv::errc::session_idle);
+    CHECK(r.ends.at(0).reason == boost::system::errc::timed_out);
+    CHECK_FALSE(r.ends.at(0).close_error);
+    auto [rec, m] = co_await silent.endpoint().async_receive_message(with_ec);
+    CHECK(rec);  // the server closed it
+    auto [bec] = co_await busy.async_close(with_ec);
+    CHECK_FALSE(bec);
+  });
+  REQUIRE(r.loop.run_until([&] { return r.ends.size() == 2; }));
 }
