@@ -23,11 +23,14 @@ struct value {  // one stored value, registered once
 
 using client = std::map<std::string, std::shared_ptr<cv::window_lease>>;  // the windows leased to a session, by key
 
-class cache {
+class cache : public std::enable_shared_from_this<cache> {
 public:
-  explicit cache(cv::protection_domain& pd) : pd_(pd), windows_(pd) {}
+  explicit cache(cv::listener& l) : pd(l.get_device()), cq(l.get_executor(), l.get_device()), windows_(pd) {}
+  cv::protection_domain pd;  // one domain and queue for every session: the values are bound through each
+  cv::completion_queue cq;
 
   asio::awaitable<void> serve(cv::session& s) {
+    const auto self = shared_from_this();  // the cache outlives each of its sessions
     auto me = clients_.emplace(clients_.end());
     std::shared_ptr<void> bye(nullptr, [this, me](void*) { clients_.erase(me); });  // its leases revoked
     for (;;) {  // (if/else, not co_await on a conditional expression: GCC 12 miscompiles that)
@@ -43,7 +46,7 @@ private:
   asio::awaitable<void> put(cv::session& s, cv::inbound_request req) {
     const cv::bulk_request bulk = cv::parse_bulk_request(req.bytes());
     const std::string key(text(bulk.payload).substr(1));
-    auto v = std::make_shared<value>(pd_, std::min<std::uint64_t>(bulk.descriptor.key.length, max_value));
+    auto v = std::make_shared<value>(pd, std::min<std::uint64_t>(bulk.descriptor.key.length, max_value));
     auto [ec, n] = co_await cv::async_bulk_read(s.qp(), bulk.descriptor, cv::span_of(v->mr), tuple);
     if (!ec) store_[key] = std::move(v);  // the gets from now on see the new value;
     if (!ec) co_await evict(key);          // every window granted before is over an older one
@@ -76,7 +79,6 @@ private:
       co_await lease->async_revoke(tuple);
   }
 
-  cv::protection_domain& pd_;
   cv::window_pool windows_;
   std::map<std::string, std::shared_ptr<value>> store_;
   std::list<client> clients_;
@@ -85,16 +87,14 @@ private:
 }  // namespace
 
 asio::awaitable<void> serve(cv::listener& l, std::function<void(const cv::session_report&)> on_end) {
-  cv::protection_domain pd(l.get_device());  // one domain for every session: the values are bound through each
-  cv::completion_queue cq(l.get_executor(), l.get_device());
-  cache c(pd);
+  auto c = std::make_shared<cache>(l);  // each session holds it too (cache::serve): it outlives every session
   cv::server_options o;
   o.session = session_options();
-  o.session.connection.pd = &pd;
-  o.session.connection.cq = &cq;
+  o.session.connection.pd = &c->pd;
+  o.session.connection.cq = &c->cq;
   o.on_end = std::move(on_end);
   co_await cv::async_serve(
-      l, [&c](cv::session& s) { return c.serve(s); }, o, asio::use_awaitable);
+      l, [p = c.get()](cv::session& s) { return p->serve(s); }, o, asio::use_awaitable);
 }
 
 }  // namespace kv

@@ -299,8 +299,8 @@ enum class errc : int {
   /// (`connection::prepared()`): connect or accept it with `session_options` (`async_connect_session`,
   /// `async_serve`). Equivalent to `boost::system::errc::invalid_argument`.
   not_a_session_connection,
-  /// The session's peer sent nothing (no message, no credit update) for `server_options::idle_timeout`: the
-  /// server ended the session (its coroutine's pending operation was cancelled) and closed it. Equivalent to
+  /// Nothing (no message, no credit update) was received or sent on the session for
+  /// `server_options::idle_timeout`: the server ended the session (its coroutine's pending operation was cancelled) and closed it. Equivalent to
   /// `boost::system::errc::timed_out`.
   session_idle,
 

@@ -16,8 +16,9 @@
 /// operations complete with `operation_aborted` (`message_endpoint::shutdown`: its slots stay registered); (3) the
 /// connection is disconnected — the queue pair leaves RTS, and `async_close` waits for rdma_cm's answer; (4) the
 /// endpoint's slots are deregistered; (5) the queue pair, the connection's resources and the cm_id go. Destruction
-/// cannot wait for (3): it closes the endpoint (deregistering) before the connection goes, so a message the peer
-/// sends in between may fail both queue pairs — prefer `async_close`.
+/// cannot wait for (3): instead of disconnecting it moves the queue pair to the error state (nothing the peer sends
+/// lands any more), then deregisters the slots, then the connection goes without a disconnect (the peer learns of it
+/// from its own failed operations or rdma_cm's timeout) — prefer `async_close`.
 ///
 /// @par Thread Safety
 /// Distinct objects: safe. Shared objects: unsafe; use a session from its executor (its connection's).

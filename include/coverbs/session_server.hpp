@@ -26,8 +26,8 @@
 /// `server_options::max_sessions` caps the sessions running at once: at the cap the server accepts nothing, so
 /// connection requests wait in the listener's backlog (a requester whose request waits longer than its connect
 /// timeout gets `errc::connection_unreachable`) until a session ends. `server_options::idle_timeout` ends a
-/// session whose peer sent nothing for that long (`errc::session_idle`): a peer that connects and stays silent
-/// holds a session's slots and a place under the cap only that long.
+/// session in which nothing was received or sent for that long (`errc::session_idle`): a peer that connects and
+/// stays silent holds a session's slots and a place under the cap only that long.
 ///
 /// @par Per-Operation Cancellation
 /// Terminal: `async_serve` stops accepting and completes with `operation_aborted`; sessions already running go
@@ -69,8 +69,9 @@ struct server_options {
   std::function<void(const session_report&)> on_end;
   /// The most sessions running at once (0: no limit); see the file comment.
   std::size_t max_sessions = 0;
-  /// A session whose peer sent nothing — no message and no credit update — for this long is ended with
-  /// `errc::session_idle` (zero: never). Checked four times per period, so it ends within 1.25 times it.
+  /// A session quiet for this long — no message or credit update received or sent — is ended with
+  /// `errc::session_idle` (zero: never). Checked four times per period, so it ends within 1.25 times it. A
+  /// handler that works on one request longer than this without sending anything must allow more.
   std::chrono::milliseconds idle_timeout{0};
 };
 

@@ -349,8 +349,9 @@ std::string coverbs_category_impl::message(int ev) const {
     return "the connection holds no message endpoint made before it was established (connection::prepared()): "
            "connect with async_connect_session or accept with async_serve, whose session_options make one";
   case errc::session_idle:
-    return "the session's peer sent nothing (no message, no credit update) for server_options::idle_timeout: the "
-           "server ended the session and closed it; raise the timeout, or have the peer call or send more often";
+    return "nothing (no message, no credit update) was received or sent on the session for "
+           "server_options::idle_timeout: the server ended the session and closed it; raise the timeout, or have "
+           "the peer call or send more often";
   }
   return "unknown coverbs error " + std::to_string(ev);
 }

@@ -213,6 +213,18 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
   }
 }
 
+namespace {
+
+/// A queue pair going away: a type-2 key bound through it can serve no queue pair any more, so its window is
+/// replaced (the key dead for sure) and its lease ended (window_lease: "the queue pair's destruction"); then
+/// its number may be reused, and whatever is still linked to it is nobody's.
+void forget_windows(ibv_context* context, std::uint32_t qp_num) noexcept {
+  forget_windows_bound_through(context, qp_num);
+  unlink_windows_from(context, qp_num);
+}
+
+}  // namespace
+
 queue_pair_impl::~queue_pair_impl() {
   if (!qp_) return;
   if (turn_) turn_->withdraw(*this);  // destroyed inside a dispatch turn: its list is failed below, not posted
@@ -222,11 +234,6 @@ queue_pair_impl::~queue_pair_impl() {
     finish(a, a->first_error, nullptr, completion_mode::post);
   // First: from here on no device event touches this queue pair from another thread.
   unregister_qp(registration_);
-  // A type-2 key bound through it can serve no queue pair any more: its window is replaced (the key dead for
-  // sure) and its lease ended (window_lease: "the queue pair's destruction"). Then its number may be reused:
-  // whatever is still linked to it is nobody's.
-  forget_windows_bound_through(qp_->context, qp_->qp_num);
-  unlink_windows_from(qp_->context, qp_->qp_num);
   if (sq_.outstanding || rq_.outstanding) {
     // Flush what is outstanding and wait for the device to retire it: a completion naming a freed
     // operation must never reach the queue.
@@ -240,9 +247,12 @@ queue_pair_impl::~queue_pair_impl() {
                    "the queue pair and their operations are leaked\n",
                    qp_->qp_num, sq_.outstanding, rq_.outstanding);
       (void)grh_.release();  // the device may still write to it
+      forget_windows(qp_->context, qp_->qp_num);
       return;
     }
   }
+  // After the drain (a bind completed in it made its window bound through this queue pair).
+  forget_windows(qp_->context, qp_->qp_num);
   fail_unposted();
   fail_flushed(sq_);
   fail_flushed(rq_);

@@ -14,7 +14,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
+#include <variant>
 
 namespace coverbs::detail {
 
@@ -30,22 +32,33 @@ struct session_count {
   asio::steady_timer wake;
 };
 
-/// Completes once the session's peer has sent nothing — messages and credit updates received unchanged — over
-/// four checks a quarter of `idle` apart (so between 1 and 1.25 times `idle` after its last message).
+/// Completes once the session has been quiet — no message or credit update received or sent — over four checks
+/// a quarter of `idle` apart (so between 1 and 1.25 times `idle` after the last one).
 asio::awaitable<void> idle_watch(session& s, std::chrono::milliseconds idle) {
   asio::steady_timer t(co_await asio::this_coro::executor);
-  const auto received = [&s] {
+  const auto traffic = [&s] {
     const message_statistics st = s.endpoint().statistics();
-    return st.messages_received + st.credit_updates_received;
+    return st.messages_received + st.credit_updates_received + st.messages_sent + st.credit_updates_sent;
   };
-  std::uint64_t last = received();
+  std::uint64_t last = traffic();
   for (int quiet = 0; quiet < 4;) {
     t.expires_after(std::max(idle / 4, std::chrono::milliseconds(1)));
     co_await t.async_wait(asio::use_awaitable);
-    const std::uint64_t now = received();
+    const std::uint64_t now = traffic();
     quiet = now == last ? quiet + 1 : 0;
     last = now;
   }
+}
+
+/// The session's coroutine, its exception returned as a value: awaitable operators' `||` waits for the first
+/// branch that *succeeds*, so a handler that ended by throwing would not stop the idle watch.
+asio::awaitable<std::exception_ptr> guarded(const session_handler& handler, session& s) {
+  try {
+    co_await handler(s);
+  } catch (...) {
+    co_return std::current_exception();
+  }
+  co_return nullptr;
 }
 
 asio::awaitable<void> run_session(connection c, session_handler handler, server_options options,
@@ -59,8 +72,12 @@ asio::awaitable<void> run_session(connection c, session_handler handler, server_
   try {
     s = session(std::move(c));
     if (options.idle_timeout.count() > 0) {
-      auto winner = co_await (handler(s) || idle_watch(s, options.idle_timeout));
+      // Named first, then awaited: GCC 12 mishandles temporaries that live across a co_await.
+      auto race = guarded(handler, s) || idle_watch(s, options.idle_timeout);
+      auto winner = co_await std::move(race);
       idle = winner.index() == 1;  // the handler's pending operation was cancelled
+      if (!idle)
+        if (std::exception_ptr e = std::get<0>(winner)) std::rethrow_exception(e);
     } else {
       co_await handler(s);
     }

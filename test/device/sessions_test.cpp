@@ -381,6 +381,10 @@ TEST_CASE("max_sessions: at the cap the server accepts no one until a session en
     cv::inbound_message reply = co_await first.endpoint().async_call(std::span(one), asio::use_awaitable);
     CHECK(reply.size() == 1);
     reply.release();
+    t.expires_after(std::chrono::milliseconds(700));  // still waiting, 1.4 s on: the cap, not a slow handshake
+    co_await t.async_wait(asio::use_awaitable);
+    CHECK_FALSE(second_connected);
+    CHECK(served == 1);
     auto [cec] = co_await first.async_close(with_ec);
     CHECK_FALSE(cec);
     for (int i = 0; !second_connected && i < 1000; ++i) {
@@ -429,4 +433,41 @@ TEST_CASE("idle_timeout ends a session whose peer sends nothing with session_idl
     CHECK_FALSE(bec);
   });
   REQUIRE(r.loop.run_until([&] { return r.ends.size() == 2; }));
+}
+
+TEST_CASE("with idle_timeout, a handler that throws ends its session at once with its reason while the peer keeps "
+          "calling",
+          "[sessions]") {
+  server_rig r;
+  r.o.idle_timeout = std::chrono::seconds(3);
+  auto handler = [](cv::session& s) -> awaitable<void> {
+    cv::inbound_request req = co_await s.endpoint().async_receive_request(asio::use_awaitable);
+    co_await s.endpoint().async_reply(req, req.bytes(), asio::use_awaitable);
+    throw cv::system_error(make_error_code(boost::system::errc::permission_denied), "one call only");
+  };
+  cv::async_serve(r.l, handler, r.o, asio::detached);
+  r.loop.run([&]() -> awaitable<void> {
+    auto [ec, s] = co_await cv::async_connect_session(r.ex, address, r.l.local_port(), small_sessions(), with_ec);
+    REQUIRE_FALSE(ec);
+    const std::byte one[1] = {std::byte{5}};
+    cv::inbound_message reply = co_await s.endpoint().async_call(std::span(one), asio::use_awaitable);
+    reply.release();
+    // Calls every 50 ms: the session is never idle, so only the handler's end can end it.
+    asio::steady_timer t(r.ex);
+    cv::error_code call_ec;
+    for (int i = 0; i < 100 && !call_ec && r.ends.size() == 0; ++i) {
+      auto [e, m] = co_await s.endpoint().async_call(std::span(one), with_ec);
+      call_ec = e;
+      t.expires_after(std::chrono::milliseconds(50));
+      co_await t.async_wait(asio::use_awaitable);
+    }
+    for (int i = 0; i < 1000 && r.ends.size() == 0; ++i) {
+      t.expires_after(std::chrono::milliseconds(10));
+      co_await t.async_wait(asio::use_awaitable);
+    }
+    REQUIRE(r.ends.size() == 1);
+    CHECK(r.ends.at(0).reason == boost::system::errc::permission_denied);
+    CHECK(r.ends.at(0).reason != cv::errc::session_idle);
+    co_await s.async_close(with_ec);
+  });
 }
