@@ -50,7 +50,10 @@ namespace coverbs {
 /// Why a session ended, for the server's log.
 struct session_report {
   error_code reason;              ///< see the file comment; empty: the coroutine returned, nothing failed
-  std::string diagnostic;         ///< the endpoint's diagnostic, or the exception's what()
+  /// The endpoint's diagnostic, or the exception's what(); for a failed accept "accept: " and what the session's
+  /// `connection_options::prepare` threw ("accept: prepare threw: " + what(), e.g. message_endpoint's constructor
+  /// refusing `message_options`; `reason` is its error code), else the error's message.
+  std::string diagnostic;
   std::string peer;               ///< the peer's address ("a.b.c.d:port")
   message_statistics statistics;  ///< the endpoint's, at the end
   error_code close_error;         ///< the first error of closing (`session::async_close`), usually empty
@@ -67,7 +70,10 @@ struct server_options {
   loop_pool* pool = nullptr;
   /// Called on the session's executor once a session is closed; also for a failed accept (`peer` empty).
   std::function<void(const session_report&)> on_end;
-  /// The most sessions running at once (0: no limit); see the file comment.
+  /// The most sessions running at once (0: no limit); see the file comment. A session gives its place back when
+  /// its coroutine ends, and also when its coroutine frame is destroyed without ending (its io_context — a pool
+  /// member's — destroyed while it was suspended; no `on_end` then); by a post to the listener's executor, none
+  /// once the listener's io_context has shut down.
   std::size_t max_sessions = 0;
   /// A session quiet for this long — no message or credit update received or sent — is ended with
   /// `errc::session_idle` (zero: never). Checked four times per period, so it ends within 1.25 times it. A
@@ -84,7 +90,8 @@ boost::asio::awaitable<error_code> serve_loop(listener& l, session_handler handl
 
 /// Accepts on `l` until cancelled, running `handler` once per session (see the file comment).
 /// @par Completion Signature `void(error_code)`: `operation_aborted` once cancelled; `invalid_argument` at once
-/// for an empty `handler`. A failed accept is reported to `on_end` and the server goes on, after a pause that
+/// for an empty `handler`. A failed accept is reported to `on_end` (`reason` its error; `diagnostic` what a
+/// throwing `prepare` said, see `session_report`; the peer is refused) and the server goes on, after a pause that
 /// doubles from 10 ms to 1 s while accepts keep failing (reset by a session accepted).
 /// @par Sessions running when it completes go on to their own end (each still reported to `on_end`): end them
 /// through your handler (e.g. a stop signal it awaits) before the pool or the listener goes.

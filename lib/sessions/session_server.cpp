@@ -2,11 +2,16 @@
 // session, which ends it, closes it in order and reports why.
 #include <coverbs/session_server.hpp>
 
+#include "cm/completion.hpp"
+#include "core/io_owner.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/execution/context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/query.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -16,6 +21,10 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
 #include <variant>
 
 namespace coverbs::detail {
@@ -25,12 +34,96 @@ namespace asio = boost::asio;
 namespace {
 
 /// The sessions running (server_options::max_sessions), counted on the listener's executor, and the timer the
-/// accept loop waits on at the cap: a session's end cancels it.
-struct session_count {
-  explicit session_count(const listener::executor_type& ex) : wake(ex) {}
+/// accept loop waits on at the cap: a session's end cancels it. A session gives its place back from its own
+/// executor (`session_place`), possibly while the listener's io_context is being destroyed, or after: enrolled
+/// with that context, it learns of its shutdown (`context_gone()`, under `mutex`) and drops the timer then,
+/// while the timer's service exists.
+struct session_count final : io_owner {
+  explicit session_count(const listener::executor_type& ex) : ex(ex), wake(std::in_place, ex) {
+    enroll(asio::query(ex, asio::execution::context));
+  }
+  ~session_count() { withdraw(); }  // first: no shutdown hook may run on a half-destroyed count
+  void on_context_shutdown() noexcept override {
+    std::lock_guard lock(mutex);
+    wake.reset();
+  }
+
+  const listener::executor_type ex;
+  std::mutex mutex;  // a place given back checks the context and posts under it: the context waits for that
   std::size_t running = 0;
-  asio::steady_timer wake;
+  std::optional<asio::steady_timer> wake;  // listener's executor only; reset when its context shuts down
 };
+
+/// One session's place under `max_sessions`, given back once: when the session's coroutine ends, or when its
+/// frame is destroyed without ending (its io_context — e.g. a loop-pool member's — destroyed while it was
+/// suspended). Giving back posts to the listener's executor unless that context has shut down already (then no
+/// accept loop waits, and nothing may touch the context).
+class session_place {
+public:
+  session_place() noexcept = default;
+  explicit session_place(std::shared_ptr<session_count> count) noexcept : count_(std::move(count)) {}
+  session_place(session_place&& o) noexcept : count_(std::move(o.count_)) {}
+  session_place& operator=(session_place&&) = delete;
+  ~session_place() { give_back(); }
+
+  void give_back() noexcept {
+    const std::shared_ptr<session_count> count = std::move(count_);
+    if (!count) return;
+    std::lock_guard lock(count->mutex);
+    if (count->context_gone()) return;
+    try {
+      asio::post(count->ex, [count] {
+        --count->running;
+        if (count->wake) count->wake->cancel();
+      });
+    } catch (...) {
+      // No memory for the handler: the place stays taken (the accept loop waits at the cap for another).
+    }
+  }
+
+private:
+  std::shared_ptr<session_count> count_;
+};
+
+/// What the `prepare` of an accept's handshake threw (made on the accept's peer executor, read on the listener's
+/// once the accept failed): `current_error()`'s code, which the accept fails with, and the exception's what().
+struct prepare_failure {
+  std::mutex mutex;
+  error_code code;
+  std::string what;
+
+  void note(error_code ec, std::string text) {
+    std::lock_guard lock(mutex);
+    code = ec;
+    what = std::move(text);
+  }
+  /// The text of a failure with code `ec` (empty if the last one noted had another code); forgets it.
+  std::string take(error_code ec) {
+    std::lock_guard lock(mutex);
+    std::string text = code == ec ? std::move(what) : std::string();
+    code = {};
+    what.clear();
+    return text;
+  }
+  void forget() { (void)take({}); }
+};
+
+/// `co` with its `prepare` noting what it throws in `failure` before the exception fails the handshake (which
+/// reports only its error code to the accept).
+connection_options noting_failures(connection_options co, const std::shared_ptr<prepare_failure>& failure) {
+  co.prepare = [inner = std::move(co.prepare), failure](queue_pair& qp, protection_domain& pd) {
+    try {
+      return inner(qp, pd);
+    } catch (const std::exception& e) {
+      failure->note(current_error(), e.what());
+      throw;
+    } catch (...) {
+      failure->note(current_error(), "an exception that is not a std::exception");
+      throw;
+    }
+  };
+  return co;
+}
 
 /// Completes once the session has been quiet — no message or credit update received or sent — over four checks
 /// a quarter of `idle` apart (so between 1 and 1.25 times `idle` after the last one).
@@ -61,8 +154,7 @@ asio::awaitable<std::exception_ptr> guarded(const session_handler& handler, sess
   co_return nullptr;
 }
 
-asio::awaitable<void> run_session(connection c, session_handler handler, server_options options,
-                                  std::shared_ptr<session_count> count) {
+asio::awaitable<void> run_session(connection c, session_handler handler, server_options options, session_place place) {
   using namespace asio::experimental::awaitable_operators;
   session_report r;
   r.peer = c.remote_endpoint();
@@ -101,10 +193,7 @@ asio::awaitable<void> run_session(connection c, session_handler handler, server_
     auto [ec] = co_await s.async_close(asio::as_tuple(asio::use_awaitable));
     r.close_error = ec;
   }
-  if (count) asio::post(count->wake.get_executor(), [count] {
-      --count->running;
-      count->wake.cancel();
-    });
+  place.give_back();
   if (options.on_end) options.on_end(r);
 }
 
@@ -117,6 +206,11 @@ asio::awaitable<error_code> serve_loop(listener& l, session_handler handler, ser
   std::chrono::milliseconds pause{0};
   asio::steady_timer backoff(l.get_executor());
   const auto count = options.max_sessions ? std::make_shared<session_count>(l.get_executor()) : nullptr;
+  // The timer goes with the loop, on the listener's executor: a place given back later drops the last
+  // reference to the count on its session's thread, where the timer must not be destroyed.
+  const std::unique_ptr<session_count, void (*)(session_count*)> quiet_when_done(
+      count.get(), [](session_count* c) { c->wake.reset(); });
+  const auto failure = std::make_shared<prepare_failure>();
   for (;;) {
     if (pause.count() > 0) {
       backoff.expires_after(pause);
@@ -125,26 +219,32 @@ asio::awaitable<error_code> serve_loop(listener& l, session_handler handler, ser
     }
     // At the cap: no accept (requests wait in the listener's backlog) until a session ends.
     while (count && count->running >= options.max_sessions) {
-      count->wake.expires_at(asio::steady_timer::time_point::max());
-      co_await count->wake.async_wait(asio::as_tuple(asio::use_awaitable));
+      count->wake->expires_at(asio::steady_timer::time_point::max());
+      co_await count->wake->async_wait(asio::as_tuple(asio::use_awaitable));
       const asio::cancellation_state state = co_await asio::this_coro::cancellation_state;
       if (state.cancelled() != asio::cancellation_type::none) co_return make_error_code(asio::error::operation_aborted);
     }
     loop_pool::member* m = options.pool ? &options.pool->least_loaded() : nullptr;
-    connection_options co = session_connection_options(options.session.connection, options.session.messages);
+    connection_options co =
+        noting_failures(session_connection_options(options.session.connection, options.session.messages), failure);
     if (m) co = m->connection_options(std::move(co));
+    failure->forget();  // one noted for an earlier accept after that completed is not this one's
     const listener::executor_type ex = m ? m->get_executor() : l.get_executor();
     auto [ec, c] = co_await l.async_accept(ex, co, asio::as_tuple(asio::use_awaitable));
     if (ec == asio::error::operation_aborted) co_return ec;
     if (ec) {
-      if (options.on_end) options.on_end(session_report{ec, "accept: " + ec.message(), {}, {}, {}});
+      // A throwing prepare (e.g. the endpoint's constructor) fails the accept with its code only: its text here.
+      const std::string why = failure->take(ec);
+      if (options.on_end)
+        options.on_end(
+            session_report{ec, "accept: " + (why.empty() ? ec.message() : "prepare threw: " + why), {}, {}, {}});
       pause = std::clamp(2 * pause, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
       continue;
     }
     pause = std::chrono::milliseconds(0);
     const connection::executor_type where = c.get_executor();  // before c moves into the coroutine
     if (count) ++count->running;
-    asio::co_spawn(where, run_session(std::move(c), handler, options, count), asio::detached);
+    asio::co_spawn(where, run_session(std::move(c), handler, options, session_place(count)), asio::detached);
   }
 }
 

@@ -471,3 +471,89 @@ TEST_CASE("with idle_timeout, a handler that throws ends its session at once wit
     co_await s.async_close(with_ec);
   });
 }
+
+TEST_CASE("an accept whose prepare threw (the endpoint's constructor) reports the exception's text, and the peer is "
+          "refused; the server goes on",
+          "[sessions]") {
+  server_rig r;
+  r.o.session.messages.recv_slots = 200;  // plus 4 control receives: above the queue pair's max_recv_wr (128)
+  int ran = 0;
+  cv::async_serve(
+      r.l,
+      [&](cv::session&) -> awaitable<void> {
+        ++ran;
+        co_return;
+      },
+      r.o, asio::detached);
+  r.loop.run([&]() -> awaitable<void> {
+    auto [ec, s] = co_await cv::async_connect_session(r.ex, address, r.l.local_port(), small_sessions(), with_ec);
+    INFO(ec.message());
+    CHECK(ec == cv::errc::connection_refused);  // the cm_id destroyed before rdma_accept: a REJ
+  });
+  REQUIRE(r.loop.run_until([&] { return r.ends.size() >= 1; }));
+  const cv::session_report failed = r.ends.at(0);
+  INFO(failed.reason.message() << ": " << failed.diagnostic);
+  CHECK(failed.reason == cv::errc::device_limit_exceeded);
+  CHECK(failed.peer.empty());
+  // What message_endpoint's constructor threw, not only its error code's message.
+  CHECK(failed.diagnostic.rfind("accept: prepare threw: ", 0) == 0);
+  CHECK(failed.diagnostic.find("message_options::recv_slots = 200 plus 4 control receives exceeds the queue pair's "
+                               "max_recv_wr 128") != std::string::npos);
+  CHECK(ran == 0);
+}
+
+TEST_CASE("max_sessions: a session destroyed with its loop-pool member's io_context while suspended gives its place "
+          "back, so the next peer is served",
+          "[sessions]") {
+  server_rig r;
+  r.o.max_sessions = 1;
+  // Re-made in place below: the server keeps a pointer to this storage.
+  std::optional<cv::loop_pool> pool(std::in_place, r.l.get_device(), cv::loop_pool_options{.loops = 1});
+  pool->run();
+  r.o.pool = &*pool;
+  std::atomic<int> started{0};
+  cv::async_serve(
+      r.l,
+      [&](cv::session& s) -> awaitable<void> {
+        ++started;
+        co_await reverse_server(s);
+      },
+      r.o, asio::detached);
+  r.loop.run([&]() -> awaitable<void> {
+    auto [ec1, first] = co_await cv::async_connect_session(r.ex, address, r.l.local_port(), small_sessions(), with_ec);
+    REQUIRE_FALSE(ec1);
+    asio::steady_timer t(r.ex);
+    for (int i = 0; i < 1000 && started == 0; ++i) {
+      t.expires_after(std::chrono::milliseconds(10));
+      co_await t.async_wait(asio::use_awaitable);
+    }
+    REQUIRE(started == 1);  // suspended in async_receive_request: the first peer sends nothing
+    // The member's io_context goes with the pool, the session's frame with it: it never reaches its end. A pool
+    // made again in the same place serves the next accept (nothing runs on this loop in between).
+    pool.reset();
+    pool.emplace(r.l.get_device(), cv::loop_pool_options{.loops = 1});
+    pool->run();
+    std::optional<cv::error_code> second_connected;
+    std::optional<cv::session> second;
+    cv::async_connect_session(r.ex, address, r.l.local_port(), small_sessions(), [&](cv::error_code ec, cv::session s) {
+      second_connected = ec;
+      second.emplace(std::move(s));
+    });
+    for (int i = 0; i < 1000 && !second_connected; ++i) {
+      t.expires_after(std::chrono::milliseconds(10));
+      co_await t.async_wait(asio::use_awaitable);
+    }
+    // Without its place back the server stays at the cap: the request waits in the backlog.
+    REQUIRE(second_connected);
+    REQUIRE_FALSE(*second_connected);
+    const std::byte one[1] = {std::byte{9}};
+    cv::inbound_message reply = co_await second->endpoint().async_call(std::span(one), asio::use_awaitable);
+    CHECK(reply.size() == 1);
+    reply.release();
+    CHECK(started == 2);  // answered by the second session's handler
+    co_await second->async_close(with_ec);
+    co_await first.async_close(with_ec);
+  });
+  REQUIRE(r.loop.run_until([&] { return r.ends.size() == 1; }));  // the second session only: the first never ended
+  pool.reset();
+}
