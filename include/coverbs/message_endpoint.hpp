@@ -32,7 +32,12 @@
 /// (`decode_header`): a violation fails the endpoint with `errc::protocol_violation`, a message beyond the
 /// credits granted with `errc::credit_overrun`, a failed work completion with its `wc_errc` — every pending
 /// operation completes with that error, later ones too, `error()` keeps it and `diagnostic()` says what
-/// arrived. The queue pair is left as it is (close the endpoint, disconnect the peer); nothing else is
+/// arrived. A flushed completion (`wc_errc::wr_flush_err`) is only the consequence of what moved the queue pair
+/// to the error state, so the endpoint fails with that cause instead, `queue_pair::error()`: on an rdma_cm
+/// connection `errc::connection_reset` (the peer disconnected; a session's operations see the session's cause),
+/// `errc::disconnected` or `errc::device_removed`, a device event's error, or another request's failed completion
+/// on the same queue pair (e.g. a bulk read's `wc_errc::rem_access_err`). It stays `wr_flush_err` only when the
+/// queue pair names no cause (or its cause is a cancelled request's `operation_aborted`). The queue pair is left as it is (close the endpoint, disconnect the peer); nothing else is
 /// touched.
 ///
 /// @par Completions

@@ -120,7 +120,11 @@ public:
 
   /// Why the session is over, or empty while it is healthy: the connection's error (`errc::connection_reset`: the
   /// peer disconnected, `errc::device_removed`), else the endpoint's (`errc::protocol_violation`,
-  /// `errc::credit_overrun`, a `wc_errc`; not `errc::endpoint_closed`), else empty.
+  /// `errc::credit_overrun`, a `wc_errc`; not `errc::endpoint_closed`), else empty. The endpoint's operations that
+  /// fail because the session failed complete with the same cause: `void(error_code, ...)` with
+  /// `errc::connection_reset` when the peer disconnected (from the connection, through its queue pair's
+  /// `error()`; see message_endpoint.hpp, Errors), not with the `wc_errc::wr_flush_err` of the flushed requests,
+  /// which remains only when nothing names a cause.
   error_code error() const noexcept;
   /// What the endpoint's `diagnostic()` says (e.g. which header field was wrong).
   std::string diagnostic() const;

@@ -14,7 +14,9 @@
 ///
 /// @par What ends a session, and what it reports
 /// The session's coroutine returning or throwing ends it. An operation of a session whose peer disconnected or
-/// broke the protocol fails (its endpoint failed), so a coroutine that awaits its endpoint ends then. The
+/// broke the protocol fails (its endpoint failed) with that cause (`errc::connection_reset`,
+/// `errc::protocol_violation`, ...: what `session::error()` says, not the `wc_errc::wr_flush_err` of the flushed
+/// requests), so a coroutine that awaits its endpoint ends then. The
 /// session is then closed in order (`session::async_close`: leases revoked, endpoint closed, disconnected) and
 /// `server_options::on_end` gets a `session_report`: `reason` is the connection's error (`errc::connection_reset`:
 /// the peer disconnected), else the endpoint's (`errc::protocol_violation` — a bad header, a length above the slot

@@ -131,9 +131,19 @@ message_op* endpoint_impl::take_waiter(message_op_kind kind) noexcept {
   return op;
 }
 
+error_code endpoint_impl::cause_of(error_code status) const noexcept {
+  if (status != wc_errc::wr_flush_err) return status;
+  const error_code cause = qp_->error();
+  if (!cause || cause == wc_errc::wr_flush_err || cause == boost::asio::error::operation_aborted) return status;
+  return cause;
+}
+
 void endpoint_impl::on_receive(std::uint32_t slot, error_code ec, std::size_t bytes) noexcept {
   if (ec) {
-    if (healthy()) fail(ec, "a receive of the message endpoint failed: " + ec.message());
+    if (!healthy()) return;
+    const error_code cause = cause_of(ec);
+    fail(cause, "a receive of the message endpoint failed: " + ec.message() +
+                    (cause != ec ? " (the queue pair's error: " + cause.message() + ")" : std::string()));
     return;
   }
   if (!healthy()) return;  // closed or failed: the message is dropped and its slot not posted again
@@ -208,10 +218,13 @@ void endpoint_impl::on_send(std::uint32_t slot, error_code ec) noexcept {
   message_op* op = in_flight_[slot];
   in_flight_[slot] = nullptr;
   free_send_.push_back(slot);
-  if (ec && healthy()) fail(ec, "a send of the message endpoint failed: " + ec.message());
+  const error_code cause = ec ? cause_of(ec) : ec;
+  if (ec && healthy())
+    fail(cause, "a send of the message endpoint failed: " + ec.message() +
+                    (cause != ec ? " (the queue pair's error: " + cause.message() + ")" : std::string()));
   if (op) {
     op->owner = nullptr;
-    op->complete(ec, {}, 0, true);
+    op->complete(cause, {}, 0, true);
   }
   pump();
   schedule_credit_check();

@@ -103,6 +103,12 @@ private:
   void post_receive(std::uint32_t slot) noexcept;
   void on_receive(std::uint32_t slot, error_code ec, std::size_t bytes) noexcept;
   void on_send(std::uint32_t slot, error_code ec) noexcept;
+  /// A failed work completion's error as the endpoint reports it: a flush (`wc_errc::wr_flush_err`) is only the
+  /// consequence of what moved the queue pair to the error state, so it becomes the queue pair's `error()` when
+  /// that names a cause (an rdma_cm connection's `errc::connection_reset` or `errc::device_removed`, a device
+  /// event's, another request's failed completion); without one (or for a cancelled request's
+  /// `operation_aborted`, which is not the endpoint's) it stays `wr_flush_err`.
+  error_code cause_of(error_code status) const noexcept;
   /// Posts what waits while credits and send slots last.
   void pump() noexcept;
   void post_message(std::uint32_t slot, message_type type, std::uint64_t id, message_op* op) noexcept;

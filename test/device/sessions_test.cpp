@@ -557,3 +557,33 @@ TEST_CASE("max_sessions: a session destroyed with its loop-pool member's io_cont
   REQUIRE(r.loop.run_until([&] { return r.ends.size() == 1; }));  // the second session only: the first never ended
   pool.reset();
 }
+
+TEST_CASE("operations of a session its peer closed fail with connection_reset, the session's cause, not the flush",
+          "[sessions]") {
+  server_rig r;
+  // One call answered, then the server's handler returns: the session is closed in order (disconnected).
+  auto handler = [](cv::session& s) -> awaitable<void> {
+    cv::inbound_request req = co_await s.endpoint().async_receive_request(asio::use_awaitable);
+    co_await s.endpoint().async_reply(req, req.bytes(), asio::use_awaitable);
+  };
+  cv::async_serve(r.l, handler, r.o, asio::detached);
+  r.loop.run([&]() -> awaitable<void> {
+    auto [ec, s] = co_await cv::async_connect_session(r.ex, address, r.l.local_port(), small_sessions(), with_ec);
+    REQUIRE_FALSE(ec);
+    const std::byte one[1] = {std::byte{4}};
+    cv::inbound_message reply = co_await s.endpoint().async_call(std::span(one), asio::use_awaitable);
+    reply.release();
+    // Pending when the peer's disconnect arrives (or started after: then it fails with the same at once).
+    auto [pending, m] = co_await s.endpoint().async_receive_message(with_ec);
+    INFO(pending.message());
+    CHECK(pending == cv::errc::connection_reset);
+    CHECK(s.error() == cv::errc::connection_reset);
+    CHECK(s.endpoint().error() == cv::errc::connection_reset);
+    auto [later, m2] = co_await s.endpoint().async_call(std::span(one), with_ec);
+    INFO(later.message());
+    CHECK(later == cv::errc::connection_reset);
+    co_await s.async_close(with_ec);
+  });
+  REQUIRE(r.loop.run_until([&] { return r.ends.size() == 1; }));
+  CHECK_FALSE(r.ends.at(0).reason);  // the server's handler returned
+}
