@@ -10,7 +10,10 @@ namespace coverbs {
 
 /// Process-wide memory-window counters (like a NIC's active_mw / mw_bind_fails).
 struct window_counters {
-  std::uint64_t windows_allocated = 0;     ///< windows alive now (ibv_alloc_mw minus ibv_dealloc_mw)
+  /// Windows alive now: ibv_alloc_mw calls minus ibv_dealloc_mw calls, each counted only upward and
+  /// subtracted after summing, so a read never wraps (a window allocated on one thread and deallocated on
+  /// another while the read runs may or may not be in it).
+  std::uint64_t windows_allocated = 0;
   std::uint64_t windows_bound = 0;         ///< windows with a live key now
   std::uint64_t binds = 0;                 ///< binds completed successfully (rebinds included)
   std::uint64_t binds_failed = 0;          ///< binds refused before posting or failed on the device
@@ -19,7 +22,7 @@ struct window_counters {
   /// Send-with-invalidates naming a window not bound through the queue pair they arrived on, refused with
   /// `errc::foreign_remote_invalidation` (a hostile or broken peer).
   std::uint64_t foreign_invalidations = 0;
-  std::uint64_t windows_replaced = 0;      ///< windows deallocated and reallocated to kill a key for sure
+  std::uint64_t windows_replaced = 0;  ///< windows deallocated and reallocated to kill a key for sure
   std::uint64_t leases_granted = 0, leases_expired = 0, leases_revoked = 0;  ///< window_lease (window_pool.hpp)
 };
 

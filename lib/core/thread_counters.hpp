@@ -41,6 +41,34 @@ public:
   static void add(std::size_t i, std::uint64_t delta = 1) noexcept {
     update([&](counters v) { bump(v, i, delta); });
   }
+  /// Adds 1 to counter `i` of the calling thread's block with a release store: a reader that sees this count
+  /// also sees whatever the thread saw before it. For the "down" counter of a gauge (see `difference`).
+  static void add_released(std::size_t i) noexcept {
+    update([&](counters v) { v[i].store(v[i].load(relaxed) + 1, std::memory_order_release); });
+  }
+  /// A gauge kept as two counters that only go up, `up` (a thing made) and `down` (a thing gone, counted with
+  /// `add_released` after its `up` was counted, on any thread): the sum of `up` minus the sum of `down` over
+  /// every thread. Every block's `down` is read (acquire) before any block's `up`, so each thing gone that
+  /// the sum of `down` holds has its `up` in the sum of `up`: the result never wraps (a thing made or gone
+  /// during the read may or may not be in it; a `down` counted without an `up`, a bug, reads as 0, not 2^64 - 1).
+  /// Summing one wrapping counter, +1 and -1, wraps: a reader can see one thread's -1 and miss another
+  /// thread's +1 that came before it, and read 2^64 - 1.
+  static std::uint64_t difference(std::size_t up, std::size_t down) noexcept {
+    auto& t = totals();
+    std::lock_guard lock(t.mutex);
+    std::uint64_t gone = t.retired[down] + t.orphans.v[down].load(std::memory_order_acquire);
+    for (const block* b : t.live) {
+      gone += b->v[down].load(std::memory_order_acquire);
+      if (pause_after_block) pause_after_block();
+    }
+    std::uint64_t made = t.retired[up] + t.orphans.v[up].load(relaxed);
+    for (const block* b : t.live)
+      made += b->v[up].load(relaxed);
+    return made > gone ? made - gone : 0;
+  }
+  /// Test seam: when set, `difference` calls it under its lock after reading each live block's `down` (so a
+  /// test can count on other threads in the middle of a read, deterministically). Null outside tests.
+  static inline void (*pause_after_block)() = nullptr;
   /// Counter `i` summed over every thread.
   static std::uint64_t sum(std::size_t i) noexcept {
     auto& t = totals();

@@ -15,7 +15,16 @@ using window_blocks = thread_counters<window_tag, static_cast<std::size_t>(windo
 
 void count(window_counter c, std::uint64_t delta) noexcept { window_blocks::add(static_cast<std::size_t>(c), delta); }
 
+void count_deallocated() noexcept {
+  window_blocks::add_released(static_cast<std::size_t>(window_counter::windows_deallocated));
+}
+
 std::uint64_t counted(window_counter c) noexcept { return window_blocks::sum(static_cast<std::size_t>(c)); }
+
+std::uint64_t windows_alive() noexcept {
+  return window_blocks::difference(static_cast<std::size_t>(window_counter::windows_allocated),
+                                   static_cast<std::size_t>(window_counter::windows_deallocated));
+}
 
 }  // namespace detail
 
@@ -23,7 +32,7 @@ window_counters window_statistics() noexcept {
   using detail::counted;
   using c = detail::window_counter;
   window_counters s;
-  s.windows_allocated = counted(c::windows_allocated);
+  s.windows_allocated = detail::windows_alive();
   s.windows_bound = detail::windows_bound_now();
   s.binds = counted(c::binds);
   s.binds_failed = counted(c::binds_failed);

@@ -30,7 +30,7 @@ void dealloc(window_impl* w) noexcept {
   if (const error_code ec = verbs_status_result(ibv_dealloc_mw(w->mw)))
     std::fprintf(stderr, "coverbs: ibv_dealloc_mw failed (%s); the window is leaked\n", ec.message().c_str());
   w->mw = nullptr;
-  count(window_counter::windows_allocated, ~std::uint64_t{0});
+  count_deallocated();
 }
 
 void replace(window_impl* w) noexcept {
