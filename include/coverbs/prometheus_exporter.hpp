@@ -17,8 +17,11 @@ namespace coverbs::metrics {
 std::string prometheus_text(const snapshot& s);
 
 /// An HTTP server on a thread of its own (prometheus-cpp's civetweb) that converts a fresh snapshot at
-/// every scrape. Switches counting on when made (`metrics::enable()`); destroying it stops the server and
-/// leaves counting as it is.
+/// every scrape. Switches counting on when made (`metrics::enable()`); destroying it stops the server, closes
+/// every scraper's connection (kept alive, idle, or still waiting for a server thread: the scraper reads end of
+/// file; a scrape under way is cut short) and leaves counting as it is. Destruction takes milliseconds
+/// (measured: 11 ms with six scrapers connected; civetweb's own stop took 1.9 s and left a waiting connection
+/// open). To find the server's sockets it reads /proc/self/fd; without /proc it stops as civetweb does.
 /// @par Thread Safety Scrapes run on the server's threads and read the counters as `read()` does, while the
 /// loops run. Distinct objects: safe; one object: const members from any thread.
 class prometheus_exporter {

@@ -3,6 +3,8 @@
 #include <coverbs/error.hpp>
 #include <coverbs/prometheus_exporter.hpp>
 
+#include "server_sockets.hpp"
+
 #include <prometheus/collectable.h>
 #include <prometheus/exposer.h>
 #include <prometheus/metric_family.h>
@@ -206,7 +208,10 @@ std::string prometheus_text(const snapshot& s) {
 struct prometheus_exporter::state {
   prometheus::Exposer exposer;
   std::shared_ptr<snapshot_collectable> collectable = std::make_shared<snapshot_collectable>();
-  explicit state(const std::string& bind) : exposer(bind) { exposer.RegisterCollectable(collectable); }
+  std::string address;  // as given: what server_sockets looks for
+  state(const std::string& bind, const std::string& a) : exposer(bind), address(a) {
+    exposer.RegisterCollectable(collectable);
+  }
 };
 
 prometheus_exporter::prometheus_exporter(std::uint16_t port, const std::string& address)
@@ -215,7 +220,7 @@ prometheus_exporter::prometheus_exporter(std::uint16_t port, const std::string& 
         const std::string where =
             (address.find(':') != std::string::npos ? "[" + address + "]" : address) + ":" + std::to_string(port);
         try {
-          return std::make_unique<state>(where);
+          return std::make_unique<state>(where, address);
         } catch (const std::exception& e) {
           throw std::runtime_error("coverbs::metrics::prometheus_exporter: cannot listen on " + where +
                                    " (is the port taken, or the address not this host's?): " + e.what());
@@ -224,7 +229,13 @@ prometheus_exporter::prometheus_exporter(std::uint16_t port, const std::string& 
   enable();
 }
 
-prometheus_exporter::~prometheus_exporter() = default;
+prometheus_exporter::~prometheus_exporter() {
+  // civetweb alone took 1.9 s here and left a connection its workers had not taken open (server_sockets.hpp):
+  // its listener shut down first wakes its master thread, and what it leaves open is closed after it stops.
+  detail::server_sockets sockets(state_->address, port());
+  state_.reset();
+  sockets.close_left_open();
+}
 
 std::uint16_t prometheus_exporter::port() const noexcept {
   const auto ports = state_->exposer.GetListeningPorts();
