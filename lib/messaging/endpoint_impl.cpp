@@ -132,7 +132,9 @@ message_op* endpoint_impl::take_waiter(message_op_kind kind) noexcept {
 }
 
 error_code endpoint_impl::cause_of(error_code status) const noexcept {
-  if (status != wc_errc::wr_flush_err) return status;
+  // Only while the endpoint is open: once it closed, its queue pair may be gone (a connection that closed with a
+  // send unacknowledged destroys it; the flushed send's handler runs after that).
+  if (status != wc_errc::wr_flush_err || !healthy()) return status;
   const error_code cause = qp_->error();
   if (!cause || cause == wc_errc::wr_flush_err || cause == boost::asio::error::operation_aborted) return status;
   return cause;

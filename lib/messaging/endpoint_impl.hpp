@@ -107,7 +107,8 @@ private:
   /// consequence of what moved the queue pair to the error state, so it becomes the queue pair's `error()` when
   /// that names a cause (an rdma_cm connection's `errc::connection_reset` or `errc::device_removed`, a device
   /// event's, another request's failed completion); without one (or for a cancelled request's
-  /// `operation_aborted`, which is not the endpoint's) it stays `wr_flush_err`.
+  /// `operation_aborted`, which is not the endpoint's) it stays `wr_flush_err`, and so once the endpoint is closed or
+  /// failed (its queue pair may be destroyed by then: it is not read).
   error_code cause_of(error_code status) const noexcept;
   /// Posts what waits while credits and send slots last.
   void pump() noexcept;

@@ -105,8 +105,15 @@ struct prepare_failure {
     what.clear();
     return text;
   }
-  void forget() { (void)take({}); }
 };
+
+/// Notes `what` for the failing handshake; out of memory, nothing (the exception being handled goes on as it was).
+void note_quietly(prepare_failure& failure, const char* what) noexcept {
+  try {
+    failure.note(current_error(), what);
+  } catch (...) {
+  }
+}
 
 /// `co` with its `prepare` noting what it throws in `failure` before the exception fails the handshake (which
 /// reports only its error code to the accept).
@@ -115,10 +122,10 @@ connection_options noting_failures(connection_options co, const std::shared_ptr<
     try {
       return inner(qp, pd);
     } catch (const std::exception& e) {
-      failure->note(current_error(), e.what());
+      note_quietly(*failure, e.what());
       throw;
     } catch (...) {
-      failure->note(current_error(), "an exception that is not a std::exception");
+      note_quietly(*failure, "an exception that is not a std::exception");
       throw;
     }
   };
@@ -210,7 +217,6 @@ asio::awaitable<error_code> serve_loop(listener& l, session_handler handler, ser
   // reference to the count on its session's thread, where the timer must not be destroyed.
   const std::unique_ptr<session_count, void (*)(session_count*)> quiet_when_done(
       count.get(), [](session_count* c) { c->wake.reset(); });
-  const auto failure = std::make_shared<prepare_failure>();
   for (;;) {
     if (pause.count() > 0) {
       backoff.expires_after(pause);
@@ -225,10 +231,11 @@ asio::awaitable<error_code> serve_loop(listener& l, session_handler handler, ser
       if (state.cancelled() != asio::cancellation_type::none) co_return make_error_code(asio::error::operation_aborted);
     }
     loop_pool::member* m = options.pool ? &options.pool->least_loaded() : nullptr;
+    // One record per accept: a handshake carried over from an earlier accept notes into that one's, never this.
+    const auto failure = std::make_shared<prepare_failure>();
     connection_options co =
         noting_failures(session_connection_options(options.session.connection, options.session.messages), failure);
     if (m) co = m->connection_options(std::move(co));
-    failure->forget();  // one noted for an earlier accept after that completed is not this one's
     const listener::executor_type ex = m ? m->get_executor() : l.get_executor();
     auto [ec, c] = co_await l.async_accept(ex, co, asio::as_tuple(asio::use_awaitable));
     if (ec == asio::error::operation_aborted) co_return ec;

@@ -882,6 +882,27 @@ TEST_CASE("call || timer: the timer abandons the call at once; its late reply is
   CHECK(reply == transform(req));
 }
 
+TEST_CASE("a send flushed after its endpoint and queue pair are destroyed completes without reading either",
+          "[messaging][close]") {
+  // As when a connection closes with a message or a credit update unacknowledged: the endpoint's state outlives
+  // the endpoint and its queue pair in the send's handler, which runs with wr_flush_err once the queue pair's
+  // destructor flushed it. It must not ask the destroyed queue pair for the flush's cause (a heap use after free,
+  // which the asan leg reports; found by review).
+  fixture f;
+  auto p = std::make_unique<endpoint_pair>(f.io, f.dev, f.pd);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  p->b.modify(attr, IBV_QP_STATE);  // the peer never acknowledges: the client's send stays posted
+  std::optional<cv::error_code> sent;
+  p->client.async_send_message(asio::buffer("m", 1), [&](cv::error_code ec) { sent = ec; });
+  REQUIRE(f.run_until([&] { return p->client.statistics().messages_sent == 1; }));
+  REQUIRE_FALSE(sent);  // posted, not acknowledged
+  p.reset();            // the endpoints close, the queue pairs' destructors flush what is posted
+  REQUIRE(f.run_until([&] { return sent.has_value(); }));
+  CHECK(*sent);  // an error (aborted by the close, or the flush): never success
+  f.run_until([] { return false; }, std::chrono::milliseconds(500));  // the flushed handlers run
+}
+
 TEST_CASE("endpoints, queue pairs and queue destroyed with operations pending, then the io_context: nothing runs",
           "[messaging][shutdown]") {
   // As with Asio's own objects, a program destroys coverbs' objects before their io_context. The endpoints'
