@@ -241,9 +241,9 @@ void cq_impl::spin_step(owner self) {
   rethrow_pending();
 }
 
-bool cq_impl::pop(ibv_wc& wc) {
+const ibv_wc* cq_impl::pop() {
   if (batch_pos_ == batch_len_) {
-    if (closed_) return false;
+    if (closed_) return nullptr;
     if (!taken_.empty()) [[unlikely]] {  // completions a cancellation took from the queue come first
       refill_from_taken();
     } else {
@@ -254,14 +254,13 @@ bool cq_impl::pop(ibv_wc& wc) {
       if (n <= 0) {
         if (n < 0) std::fprintf(stderr, "coverbs: ibv_poll_cq failed (%d)\n", n);
         batch_pos_ = batch_len_ = 0;
-        return false;
+        return nullptr;
       }
       batch_pos_ = 0;
       batch_len_ = n;
     }
   }
-  wc = batch_[static_cast<std::size_t>(batch_pos_++)];
-  return true;
+  return &batch_[static_cast<std::size_t>(batch_pos_++)];
 }
 
 void cq_impl::refill_from_taken() noexcept {
@@ -321,16 +320,11 @@ void cq_impl::handle(const ibv_wc& wc, completion_mode mode) {
     qp_on_completion(node->qp, node, wc, mode);
 }
 
-std::size_t cq_impl::drain(bool may_dispatch, std::size_t limit) {
+std::size_t cq_impl::drain(completion_mode mode, std::size_t limit) {
   // Completions are taken one at a time from a batch kept in this object, so a handler that destroys a
   // queue pair (which drains this queue for its own flushed requests) sees the rest of the batch too.
   std::size_t n = 0;
-  ibv_wc wc;
   turn_full_ = false;
-  const completion_mode mode = !may_dispatch ? completion_mode::post
-                               : typed_executor_ && typed_executor_->running_in_this_thread()
-                                   ? completion_mode::invoke
-                                   : completion_mode::dispatch;
   // Send requests the handlers initiate are held back in their queue pairs' lists and posted before the queue
   // is polled again, and when the turn ends: one list per queue pair for the handlers of one polled batch
   // (dispatch_turn.hpp). The poll that follows the posting finds what completed meanwhile in this turn.
@@ -338,12 +332,13 @@ std::size_t cq_impl::drain(bool may_dispatch, std::size_t limit) {
   dispatch_turn turn;
   while (n < limit && !closed_) {
     if (batch_pos_ == batch_len_) turn.end();
-    if (!pop(wc)) break;
+    const ibv_wc* wc = pop();
+    if (!wc) break;
     ++n;
     try {
-      handle(wc, mode);
+      handle(*wc, mode);
     } catch (...) {
-      // A handler run in place threw (only when `may_dispatch`). As Asio does for a handler dispatched in
+      // A handler run in place threw (not in completion_mode::post). As Asio does for a handler dispatched in
       // place: finish the turn — the queue's state is whole, the rest is left for the continuation, as
       // after a full turn — and rethrow it from the turn's end, out of io_context::run().
       handler_exception_ = std::current_exception();
@@ -383,7 +378,7 @@ completion_queue_stats completion_queue::stats() const noexcept {
 }
 std::size_t completion_queue::poll() {
   if (!impl_) return 0;
-  const std::size_t n = impl_->drain_turn();
+  const std::size_t n = impl_->drain_polled();
   impl_->rethrow_pending();
   return n;
 }

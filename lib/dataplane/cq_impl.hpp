@@ -38,12 +38,23 @@ public:
   /// would keep io_context::run() from returning.
   void work_abandoned() noexcept;
 
-  /// Polls and dispatches until the queue is empty or `limit` completions were handled (then `turn_full_`).
-  /// `may_dispatch`: handlers may run inline — called directly when this thread runs the queue's io_context
-  /// (`completion_mode::invoke`, checked once per call), else through `asio::dispatch`.
-  std::size_t drain(bool may_dispatch, std::size_t limit);
-  /// One dispatch turn: at most `max_completions_per_turn` completions.
-  std::size_t drain_turn() { return drain(true, options_.max_completions_per_turn); }
+  /// Polls and dispatches until the queue is empty or `limit` completions were handled (then `turn_full_`),
+  /// each completion's handler reached as `mode` says.
+  std::size_t drain(completion_mode mode, std::size_t limit);
+  /// One dispatch turn, at most `max_completions_per_turn` completions, run by the queue's own steps (handlers
+  /// of `executor_`): on an io_context's executor they run inside it on this thread, so a handler associated
+  /// with it is called directly (`completion_mode::invoke`); on any other executor, dispatched.
+  std::size_t drain_turn() {
+    return drain(typed_executor_ ? completion_mode::invoke : completion_mode::dispatch,
+                 options_.max_completions_per_turn);
+  }
+  /// As drain_turn, for completion_queue::poll (any thread, any handler): handlers are called directly only when
+  /// this thread runs the queue's io_context (one check per call), else dispatched.
+  std::size_t drain_polled() {
+    return drain(typed_executor_ && typed_executor_->running_in_this_thread() ? completion_mode::invoke
+                                                                             : completion_mode::dispatch,
+                 options_.max_completions_per_turn);
+  }
 
   /// For a queue pair being destroyed: polls (handlers only posted) until `done()` or `deadline`.
   template <class Pred>
@@ -104,7 +115,9 @@ private:
   /// Drains one turn; false when the queue closed or nothing is outstanding any more (then it stops
   /// waiting), or when the turn stopped at its bound and the rest was posted (`yield_turn`).
   bool drain_and_continue();
-  bool pop(ibv_wc& wc);
+  /// The next completion: in the batch, else polled into it; null when the queue is empty or closed. Valid until
+  /// the next pop() (a handler may poll in place: whatever reads it does so before running handlers).
+  const ibv_wc* pop();
   /// Moves the next completions of `taken_` into the (empty) batch. Off the data path.
   [[gnu::noinline, gnu::cold]] void refill_from_taken() noexcept;
   void handle(const ibv_wc& wc, completion_mode mode);
@@ -145,9 +158,8 @@ private:
 template <class Pred>
 bool cq_impl::drain_until(Pred done, std::chrono::steady_clock::time_point deadline) {
   while (!done()) {
-    ibv_wc wc;
-    if (pop(wc)) {
-      handle(wc, completion_mode::post);
+    if (const ibv_wc* wc = pop()) {
+      handle(*wc, completion_mode::post);
       continue;
     }
     if (std::chrono::steady_clock::now() > deadline) return false;

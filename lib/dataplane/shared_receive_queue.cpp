@@ -158,7 +158,7 @@ shared_receive_queue_impl::~shared_receive_queue_impl() {
   }
   // No queue pair uses the SRQ any more: completions of its receives are in the queue already. Deliver
   // them (posted, never run here), then abort what no message consumed.
-  cq_->drain(false, std::numeric_limits<std::size_t>::max());
+  cq_->drain(completion_mode::post, std::numeric_limits<std::size_t>::max());
   while (wr_node* n = posted_head_) {
     unlink_posted(n);
     --posted_;

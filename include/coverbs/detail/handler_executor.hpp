@@ -7,10 +7,13 @@
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/execution/executor.hpp>
 #include <boost/asio/execution_context.hpp>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/is_executor.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <type_traits>
+#include <typeinfo>
 
 namespace coverbs::detail {
 
@@ -21,6 +24,24 @@ template <class Handler>
 inline constexpr bool has_associated_executor_v =
     !std::is_same_v<boost::asio::associated_executor_t<std::decay_t<Handler>, no_associated_executor>,
                     no_associated_executor>;
+
+/// `a == b`, for a handler's associated executor against its I/O object's. For two `any_io_executor`s that
+/// both hold an `io_context`'s executor (the common case: a coroutine's executor and its queue pair's), the
+/// held executors are compared directly: `any_io_executor`'s own `==` checks the held type twice through
+/// `typeid` comparisons, which compare the types' names (natively ~50 instructions per operation). The fast
+/// path is taken only when both `type_info`s are the very object `typeid` names here, which proves the type;
+/// anything else falls back to `==`.
+template <class Executor>
+bool same_executor(const Executor& a, const Executor& b) noexcept {
+  if constexpr (std::is_same_v<Executor, boost::asio::any_io_executor>) {
+    using io_executor = boost::asio::io_context::executor_type;
+    const std::type_info& held = typeid(io_executor);
+    if (&a.target_type() == &held && &b.target_type() == &held)
+      return *static_cast<const io_executor*>(a.template target<void>()) ==
+             *static_cast<const io_executor*>(b.template target<void>());
+  }
+  return a == b;
+}
 
 /// An Asio executor of either model (standard executors, and the Networking TS ones).
 template <class T>

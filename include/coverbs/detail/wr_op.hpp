@@ -61,7 +61,7 @@ private:
     if constexpr (has_associated_executor_v<Handler>) {
       decltype(auto) ex = boost::asio::get_associated_executor(handler_, io_ex);
       if constexpr (std::is_same_v<handler_executor, IoExecutor>) {
-        if (ex == io_ex) return;  // the I/O executor: no work of its own (above)
+        if (same_executor(ex, io_ex)) return;  // the I/O executor: no work of its own (above)
       }
       work_.emplace(boost::asio::prefer(ex, boost::asio::execution::outstanding_work.tracked));
     }
