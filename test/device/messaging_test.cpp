@@ -890,17 +890,23 @@ TEST_CASE("a send flushed after its endpoint and queue pair are destroyed comple
   // which the asan leg reports; found by review).
   fixture f;
   auto p = std::make_unique<endpoint_pair>(f.io, f.dev, f.pd);
+  // One message first: the client then holds the server's credits.
+  std::optional<cv::error_code> first, received;
+  p->client.async_send_message(asio::buffer("a", 1), [&](cv::error_code ec) { first = ec; });
+  p->server.async_receive_message([&](cv::error_code ec, cv::inbound_message) { received = ec; });
+  REQUIRE(f.run_until([&] { return first && received; }));
+  REQUIRE_FALSE(*first);
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_ERR;
-  p->b.modify(attr, IBV_QP_STATE);  // the peer never acknowledges: the client's send stays posted
+  p->b.modify(attr, IBV_QP_STATE);  // the peer never acknowledges: the client's next send stays posted
   std::optional<cv::error_code> sent;
   p->client.async_send_message(asio::buffer("m", 1), [&](cv::error_code ec) { sent = ec; });
-  REQUIRE(f.run_until([&] { return p->client.statistics().messages_sent == 1; }));
+  REQUIRE(f.run_until([&] { return p->client.statistics().messages_sent == 2; }));
   REQUIRE_FALSE(sent);  // posted, not acknowledged
   p.reset();            // the endpoints close, the queue pairs' destructors flush what is posted
   REQUIRE(f.run_until([&] { return sent.has_value(); }));
   CHECK(*sent);  // an error (aborted by the close, or the flush): never success
-  f.run_until([] { return false; }, std::chrono::milliseconds(500));  // the flushed handlers run
+  f.run_until([] { return false; }, std::chrono::seconds(1));  // the flushed handlers run
 }
 
 TEST_CASE("endpoints, queue pairs and queue destroyed with operations pending, then the io_context: nothing runs",
