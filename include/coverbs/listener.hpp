@@ -124,6 +124,9 @@ public:
   /// The first of an accept's handshakes to finish completes it; a later one completes the oldest pending
   /// accept with the same options (peer executor, pd, cq, private data, queue pair sizes, retry counts: e.g.
   /// every accept with `listener_options::connection`, or a loop that passes the same options each time).
+  /// Accepts placed on one `loop_pool` (options from `member::connection_options()`) count as the same
+  /// whichever member they name: the connection stays on the member that made it (its executor, pd, cq and
+  /// lease; the named member's lease goes with the accept), so bind what serves it to `c.get_executor()`.
   /// With none pending, an established connection with its own pd and cq waits for the next such accept
   /// (at most `backlog` wait); handshakes and connections on the user's pd/cq are closed instead
   /// (`listener_stats::dropped`: the requester sees a reject or a disconnect) — after a failed or cancelled

@@ -15,9 +15,16 @@
 ///   auto options = m.connection_options();  // m's domain and queue, and a lease
 ///   auto ex = m.get_executor();
 ///   coverbs::connection c = co_await l.async_accept(ex, options);
-///   co_spawn(ex, serve(std::move(c)), detached);  // runs on m's thread from here on
+///   auto where = c.get_executor();  // m's, or another member's (below)
+///   co_spawn(where, serve(std::move(c)), detached);  // runs on that member's thread from here on
 /// }
 /// ```
+///
+/// The connection is usually on `m`, but may be on another member of the pool: a requester handshaken for
+/// an earlier accept that another requester completed (listener::async_accept) completes the next accept
+/// with options of this pool whichever member it named, and stays on the member that made it (its
+/// executor, completion queue, domain and lease; the named member's lease goes with the accept). So run
+/// what serves it on `c.get_executor()`.
 ///
 /// Per-member state: `emplace_state<T>(make)` makes one `T` per member, on that member's thread (for what
 /// must live on one loop: a `window_pool`, a cache of connections, counters), and a coroutine running
@@ -154,6 +161,7 @@ public:
     member(std::size_t index, device* dev, protection_domain* shared_pd, const loop_pool_options& options);
 
     std::size_t index_;
+    const loop_pool* pool_ = nullptr;  ///< named by its leases (which pool a placement belongs to)
     std::unique_ptr<loop_context> io_;
     std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
     std::optional<protection_domain> own_pd_;

@@ -45,8 +45,8 @@ struct handshake_op final : setup_op, std::enable_shared_from_this<handshake_op>
   static void end(const std::shared_ptr<handshake_op>& h);
 };
 
-/// Whether a connection handshaken for one accept may complete accept `a`: same peer executor, resources and
-/// connection parameters (the lease aside).
+/// Whether a connection handshaken for one accept may complete accept `a`: same connection parameters, and the
+/// same peer executor and resources, or both placements (`connection_options::lease`) on one loop pool.
 bool same_options(const handshake_op& h, const accept_op& a);
 
 }  // namespace coverbs::detail

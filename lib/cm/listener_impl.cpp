@@ -8,6 +8,7 @@
 #include "cm/handed_request.hpp"
 #include "core/metrics.hpp"
 #include "core/work_phrase.hpp"
+#include "runtime/pool_lease.hpp"
 
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
@@ -110,6 +111,9 @@ void listener_impl::on_request(const cm_event& e) {
   h->home = weak_from_this();
   h->owner = owner;
   h->options = owner->options;
+  // Its own placement on the accept's member: a handshake taken alongside, or carried over to another accept,
+  // counts as one connection there (the accept's lease goes with the accept).
+  h->options.lease = another_lease(owner->options.lease);
   h->peer = owner->peer;
   h->timeout = options_.establish_timeout;
   ++owner->handshakes;

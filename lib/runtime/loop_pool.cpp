@@ -1,6 +1,8 @@
 #include <coverbs/loop_pool.hpp>
 #include <coverbs/outstanding_work.hpp>
 
+#include "runtime/pool_lease.hpp"
+
 #include <algorithm>
 #include <future>
 #include <limits>
@@ -23,11 +25,7 @@ loop_pool::member::member(std::size_t index, device* dev, protection_domain* sha
 
 loop_pool::member::~member() = default;
 
-std::shared_ptr<void> loop_pool::member::lease() {
-  load_->fetch_add(1, std::memory_order_relaxed);
-  // The counter, not the member, is kept: a lease may outlive the pool.
-  return std::shared_ptr<void>(nullptr, [load = load_](void*) { load->fetch_sub(1, std::memory_order_relaxed); });
-}
+std::shared_ptr<void> loop_pool::member::lease() { return detail::make_pool_lease(load_, pool_); }
 
 namespace {
 unsigned loop_count(const loop_pool_options& options) {
@@ -40,6 +38,7 @@ loop_pool::loop_pool(const loop_pool_options& options) {
   const unsigned n = loop_count(options);
   members_.reserve(n);
   for (unsigned i = 0; i < n; ++i) members_.emplace_back(new member(i, nullptr, nullptr, options));
+  for (auto& m : members_) m->pool_ = this;
 }
 
 loop_pool::loop_pool(device& dev, const loop_pool_options& options) {
@@ -48,6 +47,7 @@ loop_pool::loop_pool(device& dev, const loop_pool_options& options) {
   members_.reserve(n);
   for (unsigned i = 0; i < n; ++i)
     members_.emplace_back(new member(i, &dev, shared_pd_ ? &*shared_pd_ : nullptr, options));
+  for (auto& m : members_) m->pool_ = this;
 }
 
 loop_pool::~loop_pool() {

@@ -6,6 +6,7 @@
 // pair (rdma_connect with a made-up qp_num) receives the listener's reply as RDMA_CM_EVENT_CONNECT_RESPONSE
 // and sends the ready-to-use (RTU) only from rdma_establish(3): a peer that never calls it stays half-open.
 #include <coverbs/cm.hpp>
+#include <coverbs/loop_pool.hpp>
 
 #include "fixtures/event_loop.hpp"
 #include "fixtures/test_buffer.hpp"
@@ -22,6 +23,7 @@
 #include <atomic>
 #include <cerrno>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -93,6 +95,9 @@ public:
   bool half_open(std::uint16_t port, const std::atomic<bool>& stop) {
     return request(port, stop) && next_event(30s, stop) == RDMA_CM_EVENT_CONNECT_RESPONSE;
   }
+
+  /// Finishes a half-open handshake: sends the ready-to-use (IB CM RTU) the listener waits for.
+  bool establish() { return id_ && rdma_establish(id_) == 0; }
 
   /// Destroys the cm_id: withdraws the request, or rejects the reply (IB CM REJ).
   void abandon() {
@@ -357,6 +362,98 @@ TEST_CASE("half-open peers handshaken alongside fill no accept's completion queu
   CHECK(l.stats().failed == 0);
 
   // The listener goes first, and its handshakes close on the loop, while their queues still exist.
+  peers.stop = true;
+  { cv::listener gone = std::move(l); }
+  loop.run_until([] { return false; }, 1s);
+}
+
+// The loop_pool accept loop of loop_pool.hpp: each accept names the least loaded member. A requester taken
+// alongside while another held the accept, and left without one when a third completed it, must complete the
+// next accept although that one named another member; it stays on the member that made it, and every
+// connection and handshake counts once in that member's load.
+TEST_CASE("a loop pool's requester left by its accept completes the next accept, named for another member",
+          "[cm][faults][loop_pool]") {
+  test::event_loop loop;
+  cv::listener_options lo;
+  lo.establish_timeout = 120s;  // the peers finish when the case says so
+  cv::listener l(loop.io.get_executor(), address, 0, lo);
+  cv::loop_pool pool(l.get_device(), {.loops = 2});
+  pool.run();
+
+  struct placed {
+    std::size_t named;  // the member the accept named
+    cv::connection conn;
+  };
+  std::vector<placed> accepted;
+  std::vector<cv::error_code> errors;
+  std::function<void()> accept_next = [&] {
+    cv::loop_pool::member& m = pool.least_loaded();
+    l.async_accept(m.get_executor(), m.connection_options(),
+                   [&, named = m.index()](cv::error_code ec, cv::connection c) {
+                     if (ec)
+                       errors.push_back(ec);
+                     else
+                       accepted.push_back({named, std::move(c)});
+                     if (ec != asio::error::operation_aborted) accept_next();
+                   });
+  };
+  accept_next();
+
+  // p[0] never finishes; p[1] and p[2] are taken alongside it (after the 2 s grace, 250 ms apart) and finish
+  // one after the other when told to.
+  std::atomic<int> replied{0}, go{0}, established{0};
+  peer_thread peers;
+  peers.thread = std::thread([&, port = l.local_port()] {
+    std::vector<std::unique_ptr<raw_peer>> p;
+    for (int i = 0; i < 3; ++i) p.push_back(std::make_unique<raw_peer>());
+    if (!p[0]->half_open(port, peers.stop)) return;
+    ++replied;
+    if (!p[1]->request(port, peers.stop) || !p[2]->request(port, peers.stop)) return;
+    for (int i = 1; i < 3; ++i)
+      if (p[i]->next_event(30s, peers.stop) == RDMA_CM_EVENT_CONNECT_RESPONSE) ++replied;
+    for (int i = 1; i < 3 && !peers.stop; ++i) {
+      while (go < i && !peers.stop) std::this_thread::sleep_for(10ms);
+      if (p[i]->establish()) ++established;
+    }
+    while (!peers.stop) std::this_thread::sleep_for(50ms);
+  });
+  REQUIRE(loop.run_until([&] { return replied == 3; }, 60s));
+  CHECK(l.stats().handshakes == 3);
+  REQUIRE(accepted.empty());
+  REQUIRE(errors.empty());
+
+  go = 1;  // p[1] completes the accept its handshake was made for
+  REQUIRE(loop.run_until([&] { return accepted.size() == 1 || !errors.empty(); }, 30s));
+  REQUIRE(errors.empty());
+  const std::size_t made_on = accepted[0].named;  // every handshake so far was made for this member's accept
+  loop.run_until([] { return false; }, 1s);  // the next accept is pending, on the other member
+  CHECK(pool[made_on].load() == 3);           // p[1]'s connection, p[0]'s and p[2]'s handshakes
+  CHECK(pool[1 - made_on].load() == 1);       // the pending accept's lease
+
+  go = 2;  // p[2], whose accept is gone, finishes
+  REQUIRE(loop.run_until([&] { return accepted.size() == 2 || !errors.empty() || l.stats().dropped > 0; }, 30s));
+  CHECK(established == 2);
+  for (const auto& e : errors) FAIL_CHECK("accept failed: " << e.message());
+  CHECK(l.stats().dropped == 0);
+  REQUIRE(accepted.size() == 2);
+  CHECK(accepted[1].named == 1 - made_on);
+  CHECK(accepted[1].conn.get_executor() == pool[made_on].get_executor());  // stays where it was made
+  CHECK(&accepted[1].conn.cq() == &pool[made_on].cq());
+  loop.run_until([] { return false; }, 1s);
+  CHECK(pool[made_on].load() == 3);      // the two connections and p[0]'s handshake
+  CHECK(pool[1 - made_on].load() == 1);  // only the accept pending now: the completed one's lease went with it
+
+  // The connections go on their members' threads; the listener (its pending accept and p[0]'s handshake)
+  // before the pool.
+  for (auto& a : accepted) {
+    std::promise<void> gone;
+    const auto ex = a.conn.get_executor();
+    asio::post(ex, [c = std::move(a.conn), &gone]() mutable {
+      { cv::connection closing = std::move(c); }
+      gone.set_value();
+    });
+    gone.get_future().wait();
+  }
   peers.stop = true;
   { cv::listener gone = std::move(l); }
   loop.run_until([] { return false; }, 1s);
