@@ -18,7 +18,8 @@ namespace coverbs::metrics {
 void enable() noexcept;
 /// Switches counting off; the counts stay readable and resume from where they were on `enable()`.
 void disable() noexcept;
-/// Whether counting is on. The environment variable `COVERBS_METRICS=1` switches it on at start-up.
+/// Whether counting is on. The environment variable `COVERBS_METRICS=1` switches it on at start-up. A library
+/// built with `-Dmetrics=false` has no counting compiled in: `enable()` does nothing and this stays false.
 bool enabled() noexcept;
 
 /// What an operation does on the wire (its work request's opcode): the rows of `snapshot::operations`.

@@ -34,9 +34,31 @@ FLOORS = ("raw", "raw_batch16")
 TARGETS = {("write", "callback"): 450, ("write", "deferred"): 700}
 
 
+# Metrics (coverbs/metrics.hpp): ways measured again as WAY@out (a build with the counting points compiled out,
+# -Dmetrics=false) and WAY@on (counting switched on); WAY alone is compiled in and switched off, the default.
+# Issue 38's gate: off costs at most this much over compiled out, in percent of the instructions per operation.
+METRICS_OFF_LIMIT_PERCENT = 2.0
+
+
 def floor_of(way):
-    """The raw way a way is measured against: raw_batch16 for batch16, else raw."""
-    return "raw_batch16" if way == "batch16" else "raw"
+    """The raw way a way is measured against: raw_batch16 for batch16, else raw (WAY@variant as WAY)."""
+    return "raw_batch16" if way.split("@")[0] == "batch16" else "raw"
+
+
+def metrics_rows(per_op):
+    """{"OP_WAY": {compiled_out, off, on, off_over_out_percent, on_minus_off}} for each way measured @out."""
+    rows = {}
+    for (op, way), out in sorted(per_op.items()):
+        if not way.endswith("@out"):
+            continue
+        base = way[:-len("@out")]
+        off, on = per_op.get((op, base)), per_op.get((op, base + "@on"))
+        if off is None or on is None:
+            continue
+        rows[f"{op}_{base}"] = {"compiled_out": round(out, 1), "off": round(off, 1), "on": round(on, 1),
+                                "off_over_out_percent": round(100 * (off - out) / out, 2),
+                                "on_minus_off": round(on - off, 1)}
+    return rows
 
 
 def aggregate(argv):
@@ -62,10 +84,14 @@ def aggregate(argv):
         r[f"{op}_{way}_instructions_per_op"] = round(per_op[(op, way)], 1)
     for (op, way), v in per_op.items():
         floor = per_op.get((op, floor_of(way)))
-        if way not in FLOORS and floor is not None:
+        if way not in FLOORS and "@" not in way and floor is not None:
             r[f"{op}_{way}_over_raw_instructions"] = round(v - floor, 1)
     for (op, way), target in TARGETS.items():
         r[f"target_{op}_{way}_over_raw_instructions"] = target
+    r["metrics"] = metrics_rows(per_op)
+    r["metrics_off_limit_percent"] = METRICS_OFF_LIMIT_PERCENT
+    if r["metrics"]:
+        r["metrics_off_over_out_percent_max"] = max(v["off_over_out_percent"] for v in r["metrics"].values())
     r["callgrind_totals"] = {f"{op}_{way}": [by_n[ops], by_n[2 * ops]] for (op, way), by_n in totals.items()}
     with open(out, "w") as f:
         json.dump(r, f, indent=2)
@@ -79,7 +105,7 @@ def section(d):
                    ("over raw (instructions/op)", "---:"), ("target", "---"), ("met?", "---")])
     for op, label in OPS:
         for way, how in WAYS:
-            key = f"{op}_{way}_instructions_per_op"
+            key = f"{op}_{way}_instructions_per_op"  # WAY@variant rows go to the metrics table
             if key not in d:
                 continue
             if way in FLOORS:
@@ -102,6 +128,22 @@ def section(d):
                 "cancel out. They include the software device's own work (as the raw floor does); a receive + send "
                 "and a bind + invalidate count as one operation. The host's load does not move them: this table is "
                 "the gate on coverbs' own cost on any host."]
+    rows = d.get("metrics") or {}
+    if rows:
+        limit = d.get("metrics_off_limit_percent", METRICS_OFF_LIMIT_PERCENT)
+        labels = dict(OPS)
+        hows = dict(WAYS)
+        m = WideTable([("operation", "---"), ("compiled out", "---:"), ("compiled in, off (default)", "---:"),
+                       ("off over out", "---:"), ("on", "---:"), ("on over off", "---:"), (f"off ≤ +{limit:g} %?", "---")])
+        for key, v in rows.items():
+            op, way = key.split("_", 1)
+            m.row(f"{labels.get(op, op)}: {hows.get(way, way)}", num(v["compiled_out"]), num(v["off"]),
+                  f"{v['off_over_out_percent']:+.2f} %", num(v["on"]), f"+{num(v['on_minus_off'])}",
+                  met(v["off_over_out_percent"] <= limit))
+        out += ["", "**Metrics** (`coverbs/metrics.hpp`), instructions per operation: the library built with the "
+                    "counting points compiled out (`-Dmetrics=false`), compiled in and switched off (the default: "
+                    "the table above), and switched on (`COVERBS_METRICS=1`)."]
+        out += [""] + m.markdown()
     return out
 
 
