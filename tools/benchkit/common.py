@@ -9,6 +9,7 @@ import math
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 
@@ -131,6 +132,13 @@ def spread(d, key):
     d = d if isinstance(d, Tracked) else Tracked(d)
     s = d.get("samples", Tracked({}, "samples.", d.last)).numbers(key)
     return (min(s), max(s)) if s else None
+
+
+def spread_of(values):
+    """A ratio's per-round values as the results keep them (`ratio_spread.NAME`): their median, lowest, highest
+    and the values themselves, to 3 decimals."""
+    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
+            "max": round(max(values), 3), "rounds": [round(x, 3) for x in values]}
 
 
 def write_results(out, r):

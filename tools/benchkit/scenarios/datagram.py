@@ -7,7 +7,7 @@ round, back to back, which goes first alternating; merged by aggregate() below.
 import os
 import statistics
 
-from ..common import WideTable, met, num, ratio_cell, run_line, spread, write_results
+from ..common import WideTable, met, num, ratio_cell, run_line, spread, spread_of, write_results
 
 TITLE = "Datagrams (UD): latency and message rate beside perftest"
 OLD_TITLES = ()
@@ -117,8 +117,7 @@ def aggregate(argv):
         per = [by_round[(n, f"{test}_coverbs")] / by_round[(n, f"{test}_perftest")] for n in range(1, rounds + 1)
                if (n, f"{test}_coverbs") in by_round and by_round.get((n, f"{test}_perftest"))]
         if per:
-            spreads[f"{test}_ratio"] = {"median": round(statistics.median(per), 3), "min": round(min(per), 3),
-                                        "max": round(max(per), 3), "rounds": [round(x, 3) for x in per]}
+            spreads[f"{test}_ratio"] = spread_of(per)
             r[f"{test}_ratio"] = spreads[f"{test}_ratio"]["median"]
         else:
             r[f"{test}_ratio"] = None

@@ -13,7 +13,7 @@ import re
 import statistics
 
 from ..common import (BLUE, GNUPLOT_HEAD, GREY, ORANGE, Tracked, WideTable, met, num, ratio_cell, run_line,
-                      size_name, write_results)
+                      size_name, spread_of, write_results)
 
 TITLE = "Message rate: one event loop beside perftest and UCX"
 OLD_TITLES = ()
@@ -164,11 +164,6 @@ def plots(d, tmp):
     return [("rate.png", plot_script(d, tmp))]
 
 
-def _spread(values):
-    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
-            "max": round(max(values), 3), "rounds": [round(x, 3) for x in values]}
-
-
 def aggregate(argv):
     """Run by tools/lib/bench-rate as `benchkit aggregate rate ARGS...`; argv = [program, OUT, DEVICE, ROUNDS,
     DURATION_MS, MODE, PERFTEST_SECONDS, UCX_TL, WORK] with WORK/samples.txt ("ROUND CELL PEER MSG_PER_S
@@ -227,7 +222,7 @@ def aggregate(argv):
             per = [by_round[(n, cell, peer)][0] / by_round[(n, cell, base)][0] for n in range(1, rounds + 1)
                    if (n, cell, peer) in by_round and by_round.get((n, cell, base), (0,))[0] > 0]
             if per:
-                spread[name] = _spread(per)
+                spread[name] = spread_of(per)
                 c[name] = spread[name]["median"]
             elif name != "ratio_inline0":
                 c[name] = None
