@@ -174,7 +174,16 @@ std::string control_answer(server_state& st, const std::string& q) {
   if (q == "answer") return st.answer = true, "ok";
   if (q == "stop") return st.stop = true, "ok";
   if (q == "stats") {
-    for (cv::session* s : st.live) print_endpoint("server, session of " + s->conn().remote_endpoint(), s->endpoint());
+    for (cv::session* s : st.live) {
+      print_endpoint("server, session of " + s->conn().remote_endpoint(), s->endpoint());
+      auto& cq = s->conn().cq();
+      const auto c = cq.stats();
+      std::cout << "  cq: events " << c.events << " spurious " << c.spurious_wakeups << " arms " << c.arms << " polls "
+                << c.polls << " completions " << c.completions << " yields " << c.yields << " doorbells "
+                << c.send_doorbells << " requests " << c.send_requests << std::endl;
+      const std::size_t found = cq.poll();
+      std::cout << "  cq.poll() now dispatched " << found << std::endl;
+    }
     print_port_counters(*st.dev, "host A");
     return "ok";
   }
@@ -402,9 +411,17 @@ struct client {
       if (t.done() != last) {
         still = 0;
       } else if (++still == 2) {  // 20 s without a call completed: what each side counts, then give up
-        for (int c = 0; c < connections; ++c) print_endpoint("client, session " + std::to_string(c), sessions[c].endpoint());
+        for (int c = 0; c < connections; ++c) {
+          print_endpoint("client, session " + std::to_string(c), sessions[c].endpoint());
+          auto& cq = sessions[c].conn().cq();
+          const auto q = cq.stats();
+          std::cout << "  cq: events " << q.events << " spurious " << q.spurious_wakeups << " arms " << q.arms
+                    << " polls " << q.polls << " completions " << q.completions << std::endl;
+          std::cout << "  cq.poll() now dispatched " << cq.poll() << std::endl;
+        }
         print_port_counters(*dev, "host B");
         co_await ask("stats");
+      } else if (still == 4) {
         break;
       }
     }
