@@ -4,6 +4,7 @@
 #include <coverbs/coverbs.hpp>
 
 #include "fixtures/event_loop.hpp"
+#include "fixtures/messaging.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -21,7 +22,6 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -74,48 +74,11 @@ struct fixture : test::event_loop {
   cv::protection_domain pd{dev};
 };
 
-bytes random_bytes(std::mt19937_64& rng, std::size_t n) {
-  bytes b(n);
-  for (auto& x : b) x = static_cast<std::byte>(rng());
-  return b;
-}
-
-/// What the test servers answer: the request with every byte XOR 0x5A.
-bytes transform(std::span<const std::byte> in) {
-  bytes out(in.begin(), in.end());
-  for (auto& x : out) x ^= std::byte{0x5A};
-  return out;
-}
-
-bool equal(std::span<const std::byte> a, std::span<const std::byte> b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
-}
-
-/// Answers every request with transform() until the endpoint fails or closes.
-awaitable<void> echo_server(cv::message_endpoint& ep) {
-  for (;;) {
-    auto [ec, req] = co_await ep.async_receive_request(with_ec);
-    if (ec) co_return;
-    const bytes reply = transform(req.bytes());
-    req.release();
-    auto [rec] = co_await ep.async_reply(req, reply, with_ec);
-    if (rec) co_return;
-  }
-}
-
-/// The port's receiver-not-ready counters as the device reports them (rxe: hw_counters).
-std::uint64_t rnr_counter(cv::device& dev, const std::string& name) {
-  const std::string path = std::string("/sys/class/infiniband/") + ::ibv_get_device_name(dev.native_handle()->device) +
-                           "/ports/1/hw_counters/" + name;
-  std::ifstream in(path);
-  INFO(path);
-  REQUIRE(in.good());
-  std::uint64_t v = 0;
-  in >> v;
-  return v;
-}
-
-std::uint64_t rnr_total(cv::device& dev) { return rnr_counter(dev, "rcvd_rnr_err") + rnr_counter(dev, "send_rnr_err"); }
+using test::echo_server;
+using test::equal;
+using test::random_bytes;
+using test::rnr_total;
+using test::transform;
 
 }  // namespace
 
@@ -125,61 +88,28 @@ TEST_CASE("100,000 calls over 8 connections, 64 in flight each, answered out of 
   constexpr int connections = 8, in_flight = 64, calls_per_connection = 100000 / connections;
   std::vector<std::unique_ptr<endpoint_pair>> pairs;
   for (int i = 0; i < connections; ++i) pairs.push_back(std::make_unique<endpoint_pair>(f.io, f.dev, f.pd));
-  const std::size_t slot = pairs[0]->client.slot_size();
-  int matched = 0, mismatched = 0, failed = 0, servers_done = 0;
-  std::size_t empty_calls = 0, full_calls = 0;
-
+  int servers_done = 0;
+  test::call_tally t;
   for (int c = 0; c < connections; ++c) {
     endpoint_pair& p = *pairs[c];
-    // The server takes a batch of 1..32 requests and answers them in a shuffled order.
     asio::co_spawn(f.io, [&, c]() -> awaitable<void> {
-      std::mt19937_64 rng(1000 + c);
-      int remaining = calls_per_connection;
-      while (remaining > 0) {
-        const int batch = std::min<int>(remaining, 1 + static_cast<int>(rng() % 32));
-        std::vector<cv::inbound_request> reqs;
-        for (int i = 0; i < batch; ++i) {
-          auto [ec, req] = co_await p.server.async_receive_request(with_ec);
-          if (ec) co_return;
-          reqs.push_back(std::move(req));
-        }
-        std::shuffle(reqs.begin(), reqs.end(), rng);
-        for (auto& req : reqs) {
-          const bytes reply = transform(req.bytes());
-          auto [ec] = co_await p.server.async_reply(req, reply, with_ec);
-          if (ec) co_return;
-        }
-        remaining -= batch;
-      }
-      ++servers_done;
+      servers_done += co_await test::answer_out_of_order(p.server, 1000 + c, calls_per_connection);
     }, asio::detached);
     auto next = std::make_shared<int>(0);
     for (int w = 0; w < in_flight; ++w)
       asio::co_spawn(f.io, [&, c, w, next]() -> awaitable<void> {
-        std::mt19937_64 rng(c * 1000 + w);
-        while ((*next)++ < calls_per_connection) {
-          const std::size_t n = rng() % 8 == 0 ? (rng() % 2 ? 0 : slot) : rng() % (slot + 1);
-          if (n == 0) ++empty_calls;
-          if (n == slot) ++full_calls;
-          const bytes request = random_bytes(rng, n);
-          auto [ec, reply] = co_await p.client.async_call(request, with_ec);
-          if (ec) {
-            ++failed;
-            co_return;
-          }
-          (equal(reply.bytes(), transform(request)) ? matched : mismatched)++;
-        }
+        co_await test::keep_calling(p.client, c * 1000 + w, next.get(), calls_per_connection, &t);
       }, asio::detached);
   }
   const auto start = std::chrono::steady_clock::now();
-  REQUIRE(f.run_until([&] { return matched + mismatched + failed == 100000 || failed > 0; }, std::chrono::seconds(300)));
+  REQUIRE(f.run_until([&] { return t.done() == 100000 || t.failed > 0; }, std::chrono::seconds(300)));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   WARN("100,000 calls in " << seconds << " s");
-  CHECK(failed == 0);
-  CHECK(mismatched == 0);
-  CHECK(matched == 100000);
-  CHECK(empty_calls > 0);
-  CHECK(full_calls > 0);
+  CHECK(t.failed == 0);
+  CHECK(t.mismatched == 0);
+  CHECK(t.matched == 100000);
+  CHECK(t.empty_calls > 0);
+  CHECK(t.full_calls > 0);
   REQUIRE(f.run_until([&] { return servers_done == connections; }));
   for (auto& p : pairs) {
     CHECK_FALSE(p->client.error());
@@ -240,26 +170,10 @@ TEST_CASE("cancelling 1,000 calls mid-flight abandons only them; late replies ar
   constexpr int connections = 8, calls = 250, cancelled_per_connection = 125;
   std::vector<std::unique_ptr<endpoint_pair>> pairs;
   for (int i = 0; i < connections; ++i) pairs.push_back(std::make_unique<endpoint_pair>(f.io, f.dev, f.pd));
-  struct call_state {
-    asio::cancellation_signal signal;
-    std::optional<cv::error_code> ec;
-    bool matched = false;
-  };
-  std::vector<std::vector<std::unique_ptr<call_state>>> states(connections);
-  std::vector<bytes> requests;
+  std::vector<std::vector<std::unique_ptr<test::cancellable_call>>> states(connections);
   std::mt19937_64 rng(7);
   for (int c = 0; c < connections; ++c)
-    for (int i = 0; i < calls; ++i) {
-      auto st = std::make_unique<call_state>();
-      auto* s = st.get();
-      auto req = std::make_shared<bytes>(random_bytes(rng, 1 + rng() % 512));
-      pairs[c]->client.async_call(*req, asio::bind_cancellation_slot(s->signal.slot(),
-                                                                        [s, req](cv::error_code ec, cv::inbound_message m) {
-                                                                          s->ec = ec;
-                                                                          s->matched = !ec && equal(m.bytes(), transform(*req));
-                                                                        }));
-      states[c].push_back(std::move(st));
-    }
+    for (int i = 0; i < calls; ++i) states[c].push_back(test::start_cancellable_call(pairs[c]->client, rng));
   // Let requests reach the servers (which do not answer yet), then cancel 125 random calls per connection.
   f.run_until([] { return false; }, std::chrono::seconds(1));
   std::vector<std::vector<int>> cancelled(connections);

@@ -4,6 +4,7 @@
 #include <coverbs/coverbs.hpp>
 
 #include "fixtures/event_loop.hpp"
+#include "fixtures/messaging.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -17,7 +18,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -34,21 +34,7 @@ namespace {
 constexpr const char* address = "10.77.0.1";  // veth0, under rxe0
 constexpr auto with_ec = asio::as_tuple(asio::use_awaitable);
 
-/// The port's receiver-not-ready counters as the device reports them (rxe: hw_counters).
-std::uint64_t rnr_total(cv::device& dev) {
-  std::uint64_t total = 0;
-  for (const char* name : {"rcvd_rnr_err", "send_rnr_err"}) {
-    const std::string path = std::string("/sys/class/infiniband/") +
-                             ::ibv_get_device_name(dev.native_handle()->device) + "/ports/1/hw_counters/" + name;
-    std::ifstream in(path);
-    INFO(path);
-    REQUIRE(in.good());
-    std::uint64_t v = 0;
-    in >> v;
-    total += v;
-  }
-  return total;
-}
+using test::rnr_total;
 
 cv::session_options small_sessions() {
   cv::session_options o;
@@ -303,13 +289,7 @@ TEST_CASE("a hostile peer (garbage header, slot-overflowing length, credit overr
     CHECK_FALSE(c.connected());  // the server ended the session
   };
   auto header = [](cv::message_type type, std::uint32_t length, std::size_t total) {
-    bytes b(total);
-    cv::message_header h;
-    h.type = type;
-    h.length = length;
-    h.slot_size = 256;
-    cv::encode_header(h, std::span<std::byte, cv::message_header::size>(b.data(), cv::message_header::size));
-    return b;
+    return test::header_bytes(type, length, total, 256);
   };
   bytes garbage(40, std::byte{0x77});
   std::vector<bytes> overrun;
