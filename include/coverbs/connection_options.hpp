@@ -39,7 +39,9 @@ struct connection_options {
   protection_domain* pd = nullptr;
   completion_queue* cq = nullptr;
   /// Held by the connection until it closes (or by the accept/connect until it fails); empty: nothing.
-  /// `loop_pool` counts a member's load with it (`loop_pool::member::connection_options`).
+  /// `loop_pool` counts a member's load with it (`loop_pool::member::connection_options`): an accept's
+  /// connection then holds a lease of its own on the member that made it, and the accept's lease goes when
+  /// the accept completes.
   std::shared_ptr<void> lease;
   /// Sent to the peer with the connection request (at most 56 bytes) or the reply (at most 196 bytes).
   std::vector<std::byte> private_data;

@@ -5,7 +5,8 @@
 /// coverbs/connection.hpp.
 ///
 /// Several loops (`loop_pool`): `listener::async_accept(peer_executor, options)` accepts on the listener's
-/// executor and binds the connection to `peer_executor`. The listener's thread takes the request and moves
+/// executor and binds the connection to `peer_executor` (with a pool's placement, possibly another member's:
+/// see `async_accept`). The listener's thread takes the request and moves
 /// its cm_id to a fresh event channel (rdma_migrate_id must not race a read of the old channel, and there
 /// only the listener reads it); the request is then posted to `peer_executor`, which waits on that channel
 /// (so disconnects are serviced there), creates the queue pair on `options.cq` and accepts. The accept's
@@ -149,8 +150,10 @@ public:
     return async_accept(get_executor(), options, std::forward<Token>(token));
   }
   /// As above, with the connection bound to `peer_executor` (e.g. a `loop_pool` member's): its queue pair
-  /// is created, the request accepted and its rdma_cm events serviced there (see the file comment). The
-  /// handler runs on its associated executor, else the listener's.
+  /// is created, the request accepted and its rdma_cm events serviced there (see the file comment). With
+  /// options of a pool member (`member::connection_options()`), a connection made on another member of the
+  /// same pool may complete it (above): it is bound to that member's executor, so use `c.get_executor()`.
+  /// The handler runs on its associated executor, else the listener's.
   /// @par Errors as above, and `errc::executor_mismatch` (posted, nothing taken from the backlog) when
   /// `options.cq` is serviced by another executor than `peer_executor`.
   template <completion_token_or_handler<void(error_code, connection)> Token = default_token>

@@ -46,7 +46,9 @@ struct connection_completion {
   /// Handlers without an associated executor complete here: the listener's (accept) or the one given to
   /// async_connect.
   boost::asio::any_io_executor io_ex;
-  /// Where the connection is (to be) bound: async_connect's executor, or the accept's peer executor.
+  /// Where the connection is (to be) bound: async_connect's executor, or the accept's peer executor (an
+  /// accept's connection made for another accept of the same pool is on that one's: the handshake's `peer`);
+  /// a failure's empty connection is bound here.
   boost::asio::any_io_executor peer;
 
   /// Completes (once), on the handler's associated executor, else `io_ex`. A failure's empty connection is

@@ -42,10 +42,10 @@ bool same_options(const handshake_op& h, const accept_op& a) {
     return std::tie(q.max_send_wr, q.max_recv_wr, q.max_send_sge, q.max_recv_sge, q.max_inline_data, q.min_rnr_timer,
                     q.remote_access);
   };
-  // Two placements on one loop pool: the connection stays on the member that made it (its executor, pd, cq
-  // and lease), whichever member the accept named.
-  const void* pool = pool_of(x.lease);
-  const bool placed = pool && pool == pool_of(y.lease);
+  // Two placements on one loop pool, each with its member's own pd and cq: the connection stays on the member
+  // that made it (its executor, pd, cq and lease), whichever member the accept named.
+  const void* pool = placed_on_pool(x.lease, x.pd, x.cq);
+  const bool placed = pool && pool == placed_on_pool(y.lease, y.pd, y.cq);
   return (placed || (h.peer == a.peer && x.pd == y.pd && x.cq == y.cq)) && x.private_data == y.private_data &&
          x.responder_resources == y.responder_resources && x.initiator_depth == y.initiator_depth &&
          x.retry_count == y.retry_count && x.rnr_retry_count == y.rnr_retry_count && qp(x.qp) == qp(y.qp);

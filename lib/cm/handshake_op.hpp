@@ -46,7 +46,8 @@ struct handshake_op final : setup_op, std::enable_shared_from_this<handshake_op>
 };
 
 /// Whether a connection handshaken for one accept may complete accept `a`: same connection parameters, and the
-/// same peer executor and resources, or both placements (`connection_options::lease`) on one loop pool.
+/// same peer executor and resources, or both placements on one loop pool with their members' own pd and cq
+/// (`member::connection_options()`).
 bool same_options(const handshake_op& h, const accept_op& a);
 
 }  // namespace coverbs::detail

@@ -179,6 +179,9 @@ void listener_impl::finish(std::shared_ptr<accept_op> op, error_code ec, std::sh
     if (ec) settle();
   }
   if (c) tally(stats_.accepted, metric::accepted);
+  // The accept's own lease goes now, so that a loop placing the next accept from this handler sees the loads
+  // without it (its connection holds a lease of its own).
+  op->options.lease.reset();
   op->complete(ec, c ? cm_access::make_connection(std::move(c)) : connection{}, post);
   if (orphans && !ec)
     asio::post(ex_, [weak = weak_from_this()] {

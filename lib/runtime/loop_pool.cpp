@@ -25,7 +25,9 @@ loop_pool::member::member(std::size_t index, device* dev, protection_domain* sha
 
 loop_pool::member::~member() = default;
 
-std::shared_ptr<void> loop_pool::member::lease() { return detail::make_pool_lease(load_, pool_); }
+std::shared_ptr<void> loop_pool::member::lease() {
+  return detail::make_pool_lease(load_, pool_, pd_, cq_ ? &*cq_ : nullptr);
+}
 
 namespace {
 unsigned loop_count(const loop_pool_options& options) {

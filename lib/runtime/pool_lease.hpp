@@ -8,6 +8,10 @@
 #include <cstddef>
 #include <memory>
 
+#if !defined(__cpp_rtti) && !defined(__GXX_RTTI)
+#error "coverbs needs RTTI: a loop_pool lease is recognised with std::get_deleter"
+#endif
+
 namespace coverbs::detail {
 
 struct pool_lease {
@@ -15,26 +19,33 @@ struct pool_lease {
   std::shared_ptr<std::atomic<std::size_t>> load;
   /// The pool's address, only compared: which pool a placement belongs to.
   const void* pool = nullptr;
+  /// The member's protection domain and completion queue (null without a device), only compared: a placement
+  /// is the member's own only with these (`placed_on_pool`).
+  const void* pd = nullptr;
+  const void* cq = nullptr;
   void operator()(void*) const noexcept { load->fetch_sub(1, std::memory_order_relaxed); }
 };
 
-/// A new lease on the member whose count is `load`.
-inline std::shared_ptr<void> make_pool_lease(std::shared_ptr<std::atomic<std::size_t>> load, const void* pool) {
+/// A new lease on the member whose count is `load` (of `pool`, with that member's `pd` and `cq`).
+inline std::shared_ptr<void> make_pool_lease(std::shared_ptr<std::atomic<std::size_t>> load, const void* pool,
+                                             const void* pd, const void* cq) {
   load->fetch_add(1, std::memory_order_relaxed);
-  return std::shared_ptr<void>(nullptr, pool_lease{std::move(load), pool});
+  return std::shared_ptr<void>(nullptr, pool_lease{std::move(load), pool, pd, cq});
 }
 
-/// The pool `lease` came from, or null when it is not a pool member's lease.
-inline const void* pool_of(const std::shared_ptr<void>& lease) noexcept {
+/// The pool whose member's own resources `lease`, `pd` and `cq` are (options from
+/// `member::connection_options()`), or null: not a pool member's lease, or resources other than its member's
+/// (a lease taken with `member::lease()` for a queue pair of the user's own).
+inline const void* placed_on_pool(const std::shared_ptr<void>& lease, const void* pd, const void* cq) noexcept {
   const pool_lease* p = std::get_deleter<pool_lease>(lease);
-  return p ? p->pool : nullptr;
+  return p && p->pd == pd && p->cq == cq ? p->pool : nullptr;
 }
 
 /// Another lease on the same member as `lease` (one more placement counted), or a copy of `lease` when it is
 /// not a pool member's.
 inline std::shared_ptr<void> another_lease(const std::shared_ptr<void>& lease) {
   const pool_lease* p = std::get_deleter<pool_lease>(lease);
-  return p ? make_pool_lease(p->load, p->pool) : lease;
+  return p ? make_pool_lease(p->load, p->pool, p->pd, p->cq) : lease;
 }
 
 }  // namespace coverbs::detail
