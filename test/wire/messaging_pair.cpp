@@ -42,6 +42,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <infiniband/verbs.h>
+#include <poll.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -139,6 +142,19 @@ void print_port_counters(cv::device& dev, const std::string& host) {
   std::cout << host << " port counters (not zero):" << line.str() << std::endl;
 }
 
+/// Prints what completion queue `cq` counted, whether its channel holds an event (a readable channel that no
+/// wait reported is a lost wake-up above the kernel; an unreadable one with completions queued, an event the
+/// kernel never raised), then polls it and prints what that found, for a run that stalls.
+void print_cq(cv::completion_queue& cq) {
+  const auto q = cq.stats();
+  pollfd p{cq.native_handle()->channel ? cq.native_handle()->channel->fd : -1, POLLIN, 0};
+  const int ready = p.fd >= 0 ? ::poll(&p, 1, 0) : -1;
+  std::cout << "  cq: events " << q.events << " spurious " << q.spurious_wakeups << " arms " << q.arms << " polls "
+            << q.polls << " completions " << q.completions << " yields " << q.yields << "; channel fd " << p.fd
+            << (ready > 0 ? " READABLE (an event waits)" : ready == 0 ? " not readable" : " poll failed") << std::endl;
+  std::cout << "  cq.poll() now dispatched " << cq.poll() << std::endl;
+}
+
 // ---------------------------------------------------------------------------------------------------- server
 
 struct server_state {
@@ -176,13 +192,7 @@ std::string control_answer(server_state& st, const std::string& q) {
   if (q == "stats") {
     for (cv::session* s : st.live) {
       print_endpoint("server, session of " + s->conn().remote_endpoint(), s->endpoint());
-      auto& cq = s->conn().cq();
-      const auto c = cq.stats();
-      std::cout << "  cq: events " << c.events << " spurious " << c.spurious_wakeups << " arms " << c.arms << " polls "
-                << c.polls << " completions " << c.completions << " yields " << c.yields << " doorbells "
-                << c.send_doorbells << " requests " << c.send_requests << std::endl;
-      const std::size_t found = cq.poll();
-      std::cout << "  cq.poll() now dispatched " << found << std::endl;
+      print_cq(s->conn().cq());
     }
     print_port_counters(*st.dev, "host A");
     return "ok";
@@ -413,11 +423,7 @@ struct client {
       } else if (++still == 2) {  // 20 s without a call completed: what each side counts, then give up
         for (int c = 0; c < connections; ++c) {
           print_endpoint("client, session " + std::to_string(c), sessions[c].endpoint());
-          auto& cq = sessions[c].conn().cq();
-          const auto q = cq.stats();
-          std::cout << "  cq: events " << q.events << " spurious " << q.spurious_wakeups << " arms " << q.arms
-                    << " polls " << q.polls << " completions " << q.completions << std::endl;
-          std::cout << "  cq.poll() now dispatched " << cq.poll() << std::endl;
+          print_cq(sessions[c].conn().cq());
         }
         print_port_counters(*dev, "host B");
         co_await ask("stats");
