@@ -89,7 +89,8 @@ struct loop_pool_options {
 /// there are destroyed then, while the completion queues and domains still exist), then the completion
 /// queues, the domains and the io_contexts. Connections or queue pairs on a member held *outside* its
 /// loop must be destroyed before the pool, and so must those held by a coroutine suspended on one of
-/// their operations: that coroutine is owned by the work request, not by the loop.
+/// their operations: that coroutine is owned by the work request, not by the loop. So must a listener with
+/// accepts placed on the pool (pending, or requesters being handshaken): its handshakes end on the members.
 class loop_pool {
 public:
   using executor_type = boost::asio::any_io_executor;
