@@ -142,6 +142,25 @@ void print_port_counters(cv::device& dev, const std::string& host) {
   std::cout << host << " port counters (not zero):" << line.str() << std::endl;
 }
 
+/// Prints the kernel's view of this process's io_uring instances (/proc/self/fdinfo: submission and completion
+/// ring heads and tails, polls armed), for a run that stalls: a submission tail ahead of its head is work the
+/// loop never submitted.
+void print_io_uring_state(const std::string& host) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    std::error_code lec;
+    if (std::filesystem::read_symlink(e.path(), lec).string() != "anon_inode:[io_uring]") continue;
+    std::ifstream in("/proc/self/fdinfo/" + e.path().filename().string());
+    std::string line;
+    std::cout << host << " io_uring fd " << e.path().filename().string() << ":";
+    while (std::getline(in, line))
+      if (line.rfind("Sq", 0) == 0 || line.rfind("Cq", 0) == 0 || line.rfind("CachedSq", 0) == 0 ||
+          line.rfind("CachedCq", 0) == 0 || line.rfind("  op=", 0) == 0 || line.rfind("PollList", 0) == 0)
+        std::cout << " [" << line << "]";
+    std::cout << std::endl;
+  }
+}
+
 /// Prints what completion queue `cq` counted, whether its channel holds an event (a readable channel that no
 /// wait reported is a lost wake-up above the kernel; an unreadable one with completions queued, an event the
 /// kernel never raised), then polls it and prints what that found, for a run that stalls.
@@ -195,6 +214,7 @@ std::string control_answer(server_state& st, const std::string& q) {
       print_cq(s->conn().cq());
     }
     print_port_counters(*st.dev, "host A");
+    print_io_uring_state("host A");
     return "ok";
   }
   if (q.rfind("end ", 0) == 0) {
@@ -426,6 +446,7 @@ struct client {
           print_cq(sessions[c].conn().cq());
         }
         print_port_counters(*dev, "host B");
+        print_io_uring_state("host B");
         co_await ask("stats");
       } else if (still == 4) {
         break;
