@@ -7,7 +7,8 @@
 /// waited on as an Asio descriptor while work is outstanding; on readiness every pending event is taken
 /// with ibv_get_cq_event, events are acknowledged in batches (ibv_ack_cq_events), the CQ is re-armed
 /// (ibv_req_notify_cq) and polled until empty *after* arming, so a completion that lands between the last
-/// poll and the arming is never lost. Spurious wake-ups are harmless. Each completion's wr_id is the
+/// poll and the arming is never lost. Spurious wake-ups are harmless, and so is a wait that ends with an
+/// error the channel did not cause (`completion_queue_stats::stray_wakeups`): the queue looks and waits again. Each completion's wr_id is the
 /// operation it belongs to, whose handler then runs on its associated executor.
 ///
 /// With `completion_queue_options::spin` > 0 the queue polls for that long after the last completion
@@ -79,6 +80,11 @@ struct completion_queue_options {
 struct completion_queue_stats {
   std::uint64_t events = 0;            ///< channel events taken (ibv_get_cq_event)
   std::uint64_t spurious_wakeups = 0;  ///< readiness with no event pending
+  /// Readiness waits on the channel that ended with an error the channel did not cause, each handled as a
+  /// wake-up (then usually also counted in spurious_wakeups). Boost 1.81's io_uring backend hands the result of
+  /// its own cancellation and timeout-removal requests (after `cancel()`, or a `run_for` woken early) to
+  /// whichever operation last used their submission entry; fixed in Boost 1.82. 0 with the epoll backend.
+  std::uint64_t stray_wakeups = 0;
   std::uint64_t arms = 0;              ///< ibv_req_notify_cq calls
   std::uint64_t polls = 0;             ///< ibv_poll_cq calls
   std::uint64_t completions = 0;       ///< work completions dispatched

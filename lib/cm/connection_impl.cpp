@@ -7,6 +7,7 @@
 #include "cm/address.hpp"
 #include "cm/completion.hpp"
 #include "core/metrics.hpp"
+#include "core/readiness.hpp"
 #include "core/work_phrase.hpp"
 #include "dataplane/cq_impl.hpp"
 #include "dataplane/qp_impl.hpp"
@@ -53,7 +54,7 @@ void connection_impl::wait() {
   channel_->fd->async_wait(asio::posix::stream_descriptor::wait_read,
                            [self = shared_from_this()](const error_code& ec) {
                              self->waiting_ = false;
-                             self->on_readable(ec);
+                             self->on_readable(detail::readiness_result(ec));
                            });
 }
 

@@ -4,6 +4,7 @@
 #include "cm/datagram_listener_impl.hpp"
 
 #include "cm/address.hpp"
+#include "core/readiness.hpp"
 
 #include <boost/asio/error.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -33,7 +34,7 @@ void datagram_listener_impl::wait() {
   channel_->fd->async_wait(asio::posix::stream_descriptor::wait_read,
                            [self = shared_from_this()](const error_code& ec) {
                              self->waiting_ = false;
-                             self->on_readable(ec);
+                             self->on_readable(detail::readiness_result(ec));
                            });
 }
 

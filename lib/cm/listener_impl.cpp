@@ -3,10 +3,11 @@
 
 #include "cm/listener_impl.hpp"
 
-#include "cm/completion.hpp"
 #include "cm/address.hpp"
+#include "cm/completion.hpp"
 #include "cm/handed_request.hpp"
 #include "core/metrics.hpp"
+#include "core/readiness.hpp"
 #include "core/work_phrase.hpp"
 #include "runtime/pool_lease.hpp"
 
@@ -74,7 +75,7 @@ void listener_impl::wait() {
   channel_->fd->async_wait(asio::posix::stream_descriptor::wait_read,
                            [self = shared_from_this()](const error_code& ec) {
                              self->waiting_ = false;
-                             self->on_readable(ec);
+                             self->on_readable(detail::readiness_result(ec));
                            });
 }
 

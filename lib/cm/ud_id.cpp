@@ -7,6 +7,7 @@
 
 #include "cm/address.hpp"
 #include "cm/completion.hpp"
+#include "core/readiness.hpp"
 
 #include <boost/asio/error.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -55,6 +56,7 @@ void ud_id::wait() {
   if (waiting_ || !expecting() || !channel_ || !channel_->fd) return;
   waiting_ = true;
   channel_->fd->async_wait(asio::posix::stream_descriptor::wait_read, [self = shared_from_this()](error_code ec) {
+    ec = detail::readiness_result(ec);
     self->waiting_ = false;
     cm_event e;
     while (!ec && self->expecting() && next_event(self->channel_->channel, e, ec)) {

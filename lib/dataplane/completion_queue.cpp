@@ -2,6 +2,7 @@
 #include <coverbs/device.hpp>
 
 #include "core/metrics.hpp"
+#include "core/readiness.hpp"
 #include "dataplane/cq_impl.hpp"
 #include "dataplane/dispatch_turn.hpp"
 #include "dataplane/qp_impl.hpp"
@@ -186,7 +187,12 @@ void cq_impl::work_abandoned() noexcept {
   }
 }
 
-void cq_impl::on_readable(owner self, const error_code& ec) {
+void cq_impl::on_readable(owner self, error_code ec) {
+  if (stray_wait_error(ec)) [[unlikely]] {
+    // Not the channel's doing (core/readiness.hpp: Boost 1.81's io_uring backend): a wake-up like any other.
+    ++stats_.stray_wakeups;
+    ec = {};
+  }
   if (!closed_ && ec == boost::asio::error::operation_aborted && outstanding_ > 0) {
     // The wait was stopped by work_abandoned, and work was posted again before this ran: keep waiting.
     arm_and_wait(std::move(self));

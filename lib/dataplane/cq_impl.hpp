@@ -106,7 +106,7 @@ private:
 
   void start_waiting();
   void arm_and_wait(owner self);
-  void on_readable(owner self, const error_code& ec);
+  void on_readable(owner self, error_code ec);
   void spin_step(owner self);
   /// The rest of a turn that stopped at its bound, as a handler of its own (event-driven mode).
   void continue_turn(owner self);

@@ -2,6 +2,7 @@
 #include <coverbs/device_events.hpp>
 
 #include "core/io_owner.hpp"
+#include "core/readiness.hpp"
 #include "events/qp_registry.hpp"
 
 #include <boost/asio/error.hpp>
@@ -96,7 +97,7 @@ private:
   void wait() {
     if (!fd_) return;
     fd_->async_wait(boost::asio::posix::stream_descriptor::wait_read,
-                   [self = shared_from_this()](const error_code& ec) { self->on_readable(ec); });
+                   [self = shared_from_this()](const error_code& ec) { self->on_readable(detail::readiness_result(ec)); });
   }
 
   void on_readable(const error_code& ec) {

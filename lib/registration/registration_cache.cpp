@@ -1,6 +1,7 @@
 #include <coverbs/registration_cache.hpp>
 
 #include "core/metrics.hpp"
+#include "core/readiness.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -85,7 +86,7 @@ unmap_monitor::unmap_monitor() : generation_(current_fork_generation()) {
   struct waiter {
     unmap_monitor* self;
     void operator()(const error_code& ec) const {
-      if (ec) return;
+      if (readiness_result(ec)) return;
       self->read_events();
       self->loop_->fd.async_wait(boost::asio::posix::stream_descriptor::wait_read, *this);
     }
