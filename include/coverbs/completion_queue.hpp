@@ -82,9 +82,8 @@ struct completion_queue_stats {
   std::uint64_t spurious_wakeups = 0;  ///< readiness with no event pending
   /// Readiness waits on the channel that ended with an error the channel did not cause, each handled as a
   /// wake-up (then usually also counted in spurious_wakeups). Boost 1.81's io_uring backend hands the result of
-  /// its own cancellation and timeout-removal requests to whichever operation last used their submission entry
-  /// (docs/troubleshooting.md, "Stray io_uring completions"): 0 when every translation unit has coverbs' flags
-  /// (coverbs/detail/io_uring_sqe.hpp), with Boost 1.82 or later, or with the epoll backend.
+  /// its own cancellation and timeout-removal requests (after `cancel()`, or a `run_for` woken early) to
+  /// whichever operation last used their submission entry; fixed in Boost 1.82. 0 with the epoll backend.
   std::uint64_t stray_wakeups = 0;
   std::uint64_t arms = 0;              ///< ibv_req_notify_cq calls
   std::uint64_t polls = 0;             ///< ibv_poll_cq calls

@@ -14,6 +14,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/version.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -172,13 +173,12 @@ TEST_CASE("a send consumes the peer's receive; a completion that lands on an arm
   CHECK(rig.cq.stats().events >= 1);
 }
 
-TEST_CASE("a cancellation's result reaches no other operation, and a queue's wait is not ended by one", "[soft]") {
+TEST_CASE("a readiness wait ended by an error the channel did not cause leaves the queue waiting", "[soft]") {
   // Boost 1.81's io_uring backend prepares its cancellation requests without setting their user_data, so a
-  // cancellation's result would reach whichever operation last used its submission entry (Asio 1.27 fixed it;
-  // coverbs/detail/io_uring_sqe.hpp does for 1.26). Fill the ring (16,384 entries) mostly with the queue's own
-  // readiness waits, then cancel waits on a readable pipe that have completed already: each cancellation ends
-  // with ENOENT. Without the header that ENOENT ended the queue's pending wait; without lib/core/readiness.hpp as
-  // well, the queue then stopped waiting and the receive below never completed.
+  // cancellation's result reaches whichever operation last used its submission entry (lib/core/readiness.hpp).
+  // Fill the ring (16,384 entries) with the queue's own readiness waits, then cancel waits on a readable pipe
+  // that have completed already: each cancellation ends with ENOENT, handed to the queue's pending wait. The
+  // queue must take it as a wake-up and keep waiting: before, it stopped, and the receive below never completed.
   asio::io_context io;
   soft_verbs::soft_pair rig(io, 8, 64);
   // The receiver on a queue of its own: a send posted on the shared queue would restart its wait anyway.
@@ -216,9 +216,11 @@ TEST_CASE("a cancellation's result reaches no other operation, and a queue's wai
   const std::uint64_t stray = recv_cq.stats().stray_wakeups;
   rig.a.async_send(rig.local_span(8), [](cv::error_code, std::size_t) {});
   io.restart();
-  io.run();
+  io.run_for(std::chrono::seconds(5));
   CHECK(last);
-  CHECK(stray == 0);  // no cancellation's result reached the queue's wait
+#if defined(BOOST_ASIO_HAS_IO_URING_AS_DEFAULT) && BOOST_VERSION < 108200
+  CHECK(stray >= 1);  // the fault was reached (it cannot be, with epoll or a fixed Asio)
+#endif
   ::close(pipe_fds[1]);
 }
 
