@@ -36,7 +36,7 @@
 // (a receive is always posted before the send it takes); batch16 is 16 receive + send pairs in flight, and
 // raw_batch16 16 receives in one ibv_post_recv, then 16 sends in one ibv_post_send, the last signaled.
 // Ways per op: write all of them; sendrecv raw, callback, use_awaitable, deferred, raw_batch16, batch16;
-// datagram raw, callback, use_awaitable, deferred; call (bench/overhead_call.hpp: a message_endpoint call of
+// datagram raw, callback, use_awaitable, deferred; call (bench/overhead_call.cpp: a message_endpoint call of
 // --size bytes and its reply of --size bytes; raw: two receive + send pairs) raw, callback, use_awaitable, deferred;
 // bind raw, callback, use_awaitable, deferred; rebind raw, callback, deferred.
 // Targets: write use_awaitable <= raw + 150 ns, callback <= raw + 60 ns, batch16 <= raw_batch16 + 25 ns
@@ -575,11 +575,11 @@ int main(int argc, char** argv) {
     // on their queue pairs until those are destroyed, and the ops after them run their loops to the end.
     if (c.op.empty() || c.op == "call") {
       soft_verbs::soft_pair call_pair(io, 64, size, cq_options);
-      bench_overhead::call_rig calls(call_pair, size);
+      const bench_overhead::call_rig_ptr calls = bench_overhead::make_call_rig(call_pair, size);
       add("call", "raw", [&](int ops) { raw.sendrecv(2 * ops); });
-      add("call", "callback", [&](int ops) { bench_overhead::callback_calls(io, calls, ops); });
-      add("call", "use_awaitable", [&](int ops) { bench_overhead::await_calls(io, calls, ops, asio::use_awaitable); });
-      add("call", "deferred", [&](int ops) { bench_overhead::await_calls(io, calls, ops, asio::deferred); });
+      add("call", "callback", [&](int ops) { bench_overhead::callback_calls(io, *calls, ops); });
+      add("call", "use_awaitable", [&](int ops) { bench_overhead::awaitable_calls(io, *calls, ops); });
+      add("call", "deferred", [&](int ops) { bench_overhead::deferred_calls(io, *calls, ops); });
     }
     if (c.op.empty() || c.op == "bind") {
       window_setup u(rig.pd);

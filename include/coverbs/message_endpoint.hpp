@@ -258,7 +258,7 @@ private:
       op->type = type;
       op->correlation_id = id;
       op->length = boost::asio::buffer_size(buffers);
-      detail::start_message_op(impl, op);
+      detail::start_message_op(impl, op, ex);
     }
   };
 

@@ -1,4 +1,5 @@
 #include "messaging/endpoint_impl.hpp"
+#include "messaging/node_cache.hpp"
 
 #include "core/metrics.hpp"
 #include "core/work_phrase.hpp"
@@ -6,6 +7,7 @@
 
 #include <coverbs/protection_domain.hpp>
 
+#include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/post.hpp>
@@ -116,9 +118,11 @@ void endpoint_impl::start() {
 }
 
 void endpoint_impl::post_receive(std::uint32_t slot) noexcept {
-  qp_->async_recv(
-      span_of(recv_mr_, slot * stride_, stride_),
-      [self = shared_from_this(), slot](error_code ec, received r) { self->on_receive(slot, ec, r.bytes); });
+  qp_->async_recv(span_of(recv_mr_, slot * stride_, stride_),
+                  boost::asio::bind_allocator(node_cache_allocator<void>(), [self = shared_from_this(), slot](
+                                                                                error_code ec, received r) {
+                    self->on_receive(slot, ec, r.bytes);
+                  }));
 }
 
 inbound_message endpoint_impl::view(const parked& p) {
@@ -213,7 +217,7 @@ void endpoint_impl::on_receive(std::uint32_t slot, error_code ec, std::size_t by
   }
   pump();
   schedule_credit_check();
-  if (op) op->complete({}, view(p), p.id, true);
+  if (op) op->complete({}, view(p), p.id, ex_, true);
 }
 
 void endpoint_impl::on_send(std::uint32_t slot, error_code ec) noexcept {
@@ -226,7 +230,7 @@ void endpoint_impl::on_send(std::uint32_t slot, error_code ec) noexcept {
                     (cause != ec ? " (the queue pair's error: " + cause.message() + ")" : std::string()));
   if (op) {
     op->owner = nullptr;
-    op->complete(cause, {}, 0, true);
+    op->complete(cause, {}, 0, ex_, true);
   }
   pump();
   schedule_credit_check();
@@ -246,7 +250,10 @@ void endpoint_impl::post_message(std::uint32_t slot, message_type type, std::uin
   if (h.length) op->copy_payload(p + message_header::size);
   in_flight_[slot] = op && op->kind == message_op_kind::send ? op : nullptr;
   qp_->async_send(span_of(send_mr_, slot * stride_, message_header::size + h.length),
-                  [self = shared_from_this(), slot](error_code ec, std::size_t) { self->on_send(slot, ec); });
+                  boost::asio::bind_allocator(node_cache_allocator<void>(), [self = shared_from_this(), slot](
+                                                                                error_code ec, std::size_t) {
+                    self->on_send(slot, ec);
+                  }));
 }
 
 std::uint32_t endpoint_impl::add_call(message_op* op) {
@@ -316,7 +323,7 @@ void endpoint_impl::start_sending() noexcept {
 }
 
 void endpoint_impl::start_op(message_op* op) noexcept {
-  if (!healthy()) return op->complete(error_ ? error_ : make_error_code(errc::endpoint_closed), {}, 0, false);
+  if (!healthy()) return op->complete(error_ ? error_ : make_error_code(errc::endpoint_closed), {}, 0, ex_, false);
   switch (op->kind) {
   case message_op_kind::call:
   case message_op_kind::send:
@@ -349,7 +356,7 @@ void endpoint_impl::start_op(message_op* op) noexcept {
     if (!parked_queue.empty()) {
       const parked p = parked_queue.front();
       parked_queue.pop_front();
-      return op->complete({}, view(p), p.id, false);
+      return op->complete({}, view(p), p.id, ex_, false);
     }
     op->owner = this;
     (request ? request_waiters_ : message_waiters_).push_back(op);
@@ -361,7 +368,7 @@ void endpoint_impl::start_op(message_op* op) noexcept {
 void endpoint_impl::refuse_op(message_op* op, error_code ec, std::string why) noexcept {
   diagnostic_ = std::move(why);
   op->owner = nullptr;
-  op->complete(ec, {}, 0, false);
+  op->complete(ec, {}, 0, ex_, false);
 }
 
 void endpoint_impl::refuse_for_peer(message_op* op) noexcept {
@@ -397,7 +404,7 @@ void endpoint_impl::cancel(message_op* op) noexcept {
   case message_op_kind::receive_message: message_waiters_.erase(op); break;
   }
   op->owner = nullptr;
-  op->complete(make_error_code(boost::asio::error::operation_aborted), {}, 0, false);
+  op->complete(make_error_code(boost::asio::error::operation_aborted), {}, 0, ex_, false);
 }
 
 void endpoint_impl::release(std::uint32_t slot) noexcept {
@@ -431,7 +438,7 @@ void endpoint_impl::fail(error_code ec, std::string why) noexcept {
   for (message_op* op : pending) {
     op->owner = nullptr;
     op->call_index = no_call;
-    op->complete(ec, {}, 0, false);
+    op->complete(ec, {}, 0, ex_, false);
   }
 }
 
@@ -459,8 +466,8 @@ void endpoint_impl::on_context_shutdown() noexcept {
     if (op) std::exchange(op, nullptr)->destroy();
 }
 
-void start_message_op(endpoint_impl* impl, message_op* op) noexcept {
-  if (!impl) return op->complete(make_error_code(errc::endpoint_closed), {}, 0, false);
+void start_message_op(endpoint_impl* impl, message_op* op, const boost::asio::any_io_executor& io_ex) noexcept {
+  if (!impl) return op->complete(make_error_code(errc::endpoint_closed), {}, 0, io_ex, false);
   impl->start_op(op);
 }
 
@@ -471,9 +478,10 @@ void cancel_message_op(message_op* op) noexcept {
 void release_slot(std::shared_ptr<endpoint_impl> impl, std::uint32_t slot) noexcept {
   // The context's shutdown is the one write of this flag: a message released after it has nowhere to go.
   if (impl->context_gone()) return;
-  // Inline when this thread runs the endpoint's executor (the common case: no allocation), else queued there;
-  // the handler's reference keeps the state alive until it has run.
-  const message_endpoint::executor_type ex = impl->executor();
+  // Called directly when this thread runs the endpoint's io_context (the common case: no type-erased dispatch,
+  // no allocation), else dispatched there; the handler's reference keeps the state alive until it has run.
+  const message_endpoint::executor_type& ex = impl->executor();
+  if (const auto* io = held_io_executor(ex); io && io->running_in_this_thread()) return impl->release(slot);
   boost::asio::dispatch(ex, [impl = std::move(impl), slot] { impl->release(slot); });
 }
 

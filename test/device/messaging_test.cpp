@@ -13,6 +13,9 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
@@ -26,6 +29,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -760,6 +764,107 @@ TEST_CASE("close completes pending operations with operation_aborted; later ones
   CHECK(*later == cv::errc::endpoint_closed);
   p.reset();  // endpoints, queue pairs and completion queue go; the loop still runs what was posted
   f.run_until([] { return false; }, std::chrono::seconds(1));
+}
+
+TEST_CASE("each handler runs on its own associated executor: a plain callback on the endpoint's loop; "
+          "a strand's inside the strand; another loop's on that loop's thread",
+          "[messaging][executor]") {
+  fixture f;
+  asio::io_context other;  // a second loop on a thread of its own (before the endpoints: they may post to it)
+  auto guard = asio::make_work_guard(other);
+  std::thread other_thread([&] { other.run(); });
+  endpoint_pair p(f.io, f.dev, f.pd);
+  auto strand = asio::make_strand(f.io);
+  struct seen {
+    std::atomic<bool> done{false}, on_own{false};
+    cv::error_code ec;
+    std::string text;
+  };
+  seen plain, stranded, foreign, req_plain, reply_foreign;
+  auto text_of = [](const auto& m) { return std::string(reinterpret_cast<const char*>(m.bytes().data()), m.bytes().size()); };
+  // The server: its receive handlers on the strand and on the endpoint's loop, one reply completed on the other loop.
+  p.server.async_receive_request(asio::bind_executor(strand, [&](cv::error_code ec, cv::inbound_request req) {
+    stranded.on_own = strand.running_in_this_thread();
+    stranded.ec = ec;
+    stranded.text = text_of(req);
+    p.server.async_reply(req, asio::buffer("one", 3), asio::bind_executor(other, [&](cv::error_code rec) {
+      reply_foreign.on_own = other.get_executor().running_in_this_thread();
+      reply_foreign.ec = rec;
+      reply_foreign.done = true;
+    }));
+    stranded.done = true;
+  }));
+  p.server.async_receive_request([&](cv::error_code ec, cv::inbound_request req) {
+    req_plain.on_own = f.io.get_executor().running_in_this_thread() && !strand.running_in_this_thread();
+    req_plain.ec = ec;
+    req_plain.text = text_of(req);
+    p.server.async_reply(req, asio::buffer("two", 3), [](cv::error_code) {});
+    req_plain.done = true;
+  });
+  // The client: a plain callback and one bound to the other loop.
+  p.client.async_call(asio::buffer("a", 1), [&](cv::error_code ec, cv::inbound_message m) {
+    plain.on_own = f.io.get_executor().running_in_this_thread();
+    plain.ec = ec;
+    plain.text = text_of(m);
+    plain.done = true;
+  });
+  p.client.async_call(asio::buffer("b", 1), asio::bind_executor(other, [&](cv::error_code ec, cv::inbound_message m) {
+    foreign.on_own = other.get_executor().running_in_this_thread();
+    foreign.ec = ec;
+    foreign.text = text_of(m);
+    foreign.done = true;  // the message is released here, on the other loop's thread
+  }));
+  const bool all = f.run_until([&] {
+    return plain.done && stranded.done && foreign.done && req_plain.done && reply_foreign.done &&
+           p.server.statistics().messages_received == 2;
+  });
+  guard.reset();
+  if (!all) other.stop();  // a handler that never came still holds work on the other loop
+  other_thread.join();
+  REQUIRE(all);
+  for (seen* s : {&plain, &stranded, &foreign, &req_plain, &reply_foreign}) {
+    CHECK(s->on_own.load());
+    CHECK_FALSE(s->ec);
+  }
+  CHECK(stranded.text == "a");
+  CHECK(req_plain.text == "b");
+  CHECK(plain.text == "one");
+  CHECK(foreign.text == "two");
+  // The endpoint still works after all of that.
+  const bytes req(8, std::byte{7});
+  asio::co_spawn(f.io, echo_server(p.server), asio::detached);
+  const auto reply = f.run([&]() -> awaitable<bytes> {
+    cv::inbound_message m = co_await p.client.async_call(req);
+    co_return bytes(m.bytes().begin(), m.bytes().end());
+  });
+  CHECK(reply == transform(req));
+}
+
+TEST_CASE("an exception thrown by a handler called on the endpoint's loop leaves that loop's run(); the endpoints "
+          "stay usable",
+          "[messaging][executor]") {
+  fixture f;
+  endpoint_pair p(f.io, f.dev, f.pd);
+  asio::co_spawn(f.io, echo_server(p.server), asio::detached);
+  p.client.async_call(asio::buffer("x", 1),
+                      [](cv::error_code, cv::inbound_message) { throw std::runtime_error("thrown by the handler"); });
+  std::string caught;
+  const auto deadline = std::chrono::steady_clock::now() + test::scaled(std::chrono::seconds(30));
+  while (caught.empty() && std::chrono::steady_clock::now() < deadline) {
+    try {
+      f.io.restart();
+      f.io.run_for(std::chrono::milliseconds(20));
+    } catch (const std::runtime_error& e) {
+      caught = e.what();
+    }
+  }
+  CHECK(caught == "thrown by the handler");
+  const bytes req(8, std::byte{9});
+  const auto reply = f.run([&]() -> awaitable<bytes> {
+    cv::inbound_message m = co_await p.client.async_call(req);
+    co_return bytes(m.bytes().begin(), m.bytes().end());
+  });
+  CHECK(reply == transform(req));
 }
 
 TEST_CASE("call || timer: the timer abandons the call at once; its late reply is dropped and counted",

@@ -25,6 +25,14 @@ inline constexpr bool has_associated_executor_v =
     !std::is_same_v<boost::asio::associated_executor_t<std::decay_t<Handler>, no_associated_executor>,
                     no_associated_executor>;
 
+/// The `io_context` executor `ex` holds, or null (it holds another type, or none): the held type is proved by
+/// its `type_info` being the very object `typeid` names here, as in same_executor below.
+inline const boost::asio::io_context::executor_type* held_io_executor(const boost::asio::any_io_executor& ex) noexcept {
+  using io_executor = boost::asio::io_context::executor_type;
+  if (&ex.target_type() != &typeid(io_executor)) return nullptr;
+  return static_cast<const io_executor*>(ex.target<void>());
+}
+
 /// `a == b`, for a handler's associated executor against its I/O object's. For two `any_io_executor`s that
 /// both hold an `io_context`'s executor (the common case: a coroutine's executor and its queue pair's), the
 /// held executors are compared directly: `any_io_executor`'s own `==` checks the held type twice through

@@ -3,6 +3,7 @@
 // completes, and the templated operation that owns the handler, its work guard, its cancellation slot and
 // the caller's buffers (copied into a registered send slot when the message is posted).
 
+#include <coverbs/detail/handler_executor.hpp>
 #include <coverbs/error.hpp>
 #include <coverbs/inbound_message.hpp>
 #include <coverbs/inbound_request.hpp>
@@ -10,6 +11,7 @@
 
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/dispatch.hpp>
@@ -20,8 +22,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -44,9 +48,13 @@ struct message_op {
 
   /// Copies the caller's bytes (`length` of them) to `dst`.
   virtual void copy_payload(std::byte* dst) const noexcept = 0;
-  /// Frees the operation and completes its handler: in place if `in_place` and the handler's executor
-  /// allows it (dispatch), else posted.
-  virtual void complete(error_code ec, inbound_message m, std::uint64_t id, bool in_place) noexcept = 0;
+  /// Frees the operation and completes its handler. `io_ex` is the endpoint's executor. `in_place`: the
+  /// caller runs as a handler of `io_ex` (a completion of the endpoint's queue pair, never an initiating
+  /// function), so a handler whose executor is `io_ex` (a plain callback, a coroutine on the endpoint's loop)
+  /// is called directly, as Asio's own I/O operations call theirs (an exception it throws leaves the loop's
+  /// `run()`), and one with an executor of its own is dispatched there; else the handler is posted.
+  virtual void complete(error_code ec, inbound_message m, std::uint64_t id, const boost::asio::any_io_executor& io_ex,
+                        bool in_place) noexcept = 0;
   /// Frees the operation without running its handler (the execution context is shutting down).
   virtual void destroy() noexcept = 0;
 
@@ -55,8 +63,8 @@ protected:
 };
 
 /// Hands `op` to the endpoint (null: a closed or moved-from endpoint, which completes it with
-/// errc::endpoint_closed).
-void start_message_op(endpoint_impl* impl, message_op* op) noexcept;
+/// errc::endpoint_closed, posted on `io_ex`, the endpoint's executor).
+void start_message_op(endpoint_impl* impl, message_op* op, const boost::asio::any_io_executor& io_ex) noexcept;
 /// Per-operation cancellation: abandons `op` if the endpoint still holds it.
 void cancel_message_op(message_op* op) noexcept;
 
@@ -91,11 +99,17 @@ public:
     }
   }
 
-  message_op_impl(Handler&& h, const Executor& ex, const Buffers& buffers)
-      : handler_(std::move(h)),
-        work_(boost::asio::prefer(boost::asio::get_associated_executor(handler_, ex),
-                                  boost::asio::execution::outstanding_work.tracked)),
-        buffers_(buffers) {
+  /// Outstanding work, as for the queue pair's operations (wr_op.hpp): a handler whose executor is the
+  /// endpoint's (`ex`) needs none of its own — the endpoint's posted receives keep its loop busy while it holds
+  /// an operation, and an operation it does not hold is being posted — so only a handler with an executor of
+  /// its own (a strand, another loop, `use_future`'s) keeps that one busy until it runs.
+  message_op_impl(Handler&& h, const Executor& ex, const Buffers& buffers) : handler_(std::move(h)), buffers_(buffers) {
+    if constexpr (has_associated_executor_v<Handler>) {
+      decltype(auto) hex = boost::asio::get_associated_executor(handler_, ex);
+      bool own = true;
+      if constexpr (std::is_same_v<std::decay_t<decltype(hex)>, Executor>) own = !same_executor(hex, ex);
+      if (own) work_.emplace(boost::asio::prefer(hex, boost::asio::execution::outstanding_work.tracked));
+    }
     auto slot = boost::asio::get_associated_cancellation_slot(handler_);
     if (slot.is_connected()) slot.template emplace<canceller>(this);
   }
@@ -104,7 +118,8 @@ public:
     boost::asio::buffer_copy(boost::asio::buffer(dst, length), buffers_);
   }
 
-  void complete(error_code ec, inbound_message m, std::uint64_t id, bool in_place) noexcept override {
+  void complete(error_code ec, inbound_message m, std::uint64_t id, const boost::asio::any_io_executor& io_ex,
+                bool in_place) noexcept override {
     clear_slot();
     allocator_type alloc = get_allocator();
     auto fn = [h = std::move(handler_), ec, m = std::move(m), id]() mutable {
@@ -115,12 +130,25 @@ public:
       else
         std::move(h)(ec, std::move(m));
     };
-    work_executor w = std::move(work_);
-    free(alloc);  // before the upcall: the handler may start the next operation
-    if (in_place)
-      boost::asio::dispatch(w, std::move(fn));
-    else
-      boost::asio::post(w, std::move(fn));
+    if constexpr (has_associated_executor_v<Handler>) {
+      if (work_) {
+        work_executor w = std::move(*work_);
+        free(alloc);  // before the upcall: the handler may start the next operation
+        if (in_place)
+          boost::asio::dispatch(w, std::move(fn));
+        else
+          boost::asio::post(w, std::move(fn));
+        return;
+      }
+    }
+    free(alloc);
+    if (!in_place) return (void)boost::asio::post(io_ex, std::move(fn));
+    // As the io_context's own dispatch would: an exception the handler throws leaves the loop's run().
+    try {
+      fn();
+    } catch (...) {
+      boost::asio::post(io_ex, [e = std::current_exception()] { std::rethrow_exception(e); });
+    }
   }
 
   void destroy() noexcept override {
@@ -152,8 +180,10 @@ private:
     if (slot.is_connected()) slot.clear();
   }
 
+  struct no_work {};
   Handler handler_;
-  work_executor work_;
+  [[no_unique_address]] std::conditional_t<has_associated_executor_v<Handler>, std::optional<work_executor>, no_work>
+      work_;
   Buffers buffers_;
 };
 
