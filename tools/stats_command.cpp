@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -154,6 +155,43 @@ void print_histogram(const samples& s, const char* title, const std::string& nam
   std::printf("  %-28s %.0f, mean %.1f %s\n", title, count, count > 0 ? sum / count : 0.0, unit);
 }
 
+/// The value of label `key` in `labels` (kind="send",tid="7" -> "7" for tid), or "".
+std::string label(const std::string& labels, const std::string& key) {
+  const std::string start = key + "=\"";
+  for (std::size_t at = 0; (at = labels.find(start, at)) != std::string::npos; at += start.size())
+    if (at == 0 || labels[at - 1] == ',') {
+      const std::size_t from = at + start.size(), end = labels.find('"', from);
+      return end == std::string::npos ? "" : labels.substr(from, end - from);
+    }
+  return "";
+}
+
+/// One row per thread (event loop) that counted: its completed operations (all kinds) and its polls.
+void print_threads(const samples& s) {
+  struct row {
+    std::string name;
+    double completed = 0, polls = 0, empty = 0;
+  };
+  std::map<long long, row> rows;  // by thread id
+  const auto tid_of = [](const sample& x) { return std::atoll(label(x.labels, "tid").c_str()); };
+  if (const auto it = s.find("coverbs_thread_operations_completed_total"); it != s.end())
+    for (const sample& x : it->second) {
+      auto& r = rows[tid_of(x)];
+      r.name = label(x.labels, "thread");
+      r.completed += x.value;
+    }
+  if (const auto it = s.find("coverbs_thread_polls_total"); it != s.end())
+    for (const sample& x : it->second) {
+      auto& r = rows[tid_of(x)];
+      r.name = label(x.labels, "thread");
+      (label(x.labels, "outcome") == "empty" ? r.empty : r.polls) += x.value;
+    }
+  if (rows.empty()) return;
+  std::printf("threads (event loops) %8s %16s %12s %12s\n", "tid", "completed", "polls", "empty polls");
+  for (const auto& [tid, r] : rows)
+    std::printf("  %-19s %8lld %16.0f %12.0f %12.0f\n", r.name.c_str(), tid, r.completed, r.polls, r.empty);
+}
+
 void print(const samples& s, const std::string& from) {
   std::printf("coverbs metrics of %s (counting %s)\n", from.c_str(),
               value_of(s, "coverbs_metrics_enabled") > 0 ? "on" : "off");
@@ -164,6 +202,7 @@ void print(const samples& s, const std::string& from) {
                 value_of(s, "coverbs_operations_completed_total", l), value_of(s, "coverbs_operations_failed_total", l),
                 value_of(s, "coverbs_operation_bytes_total", l));
   }
+  print_threads(s);
   std::printf("errors\n");
   print_labelled(s, "by category, code", "coverbs_operation_errors_total");
   std::printf("completion queues\n");
@@ -189,6 +228,7 @@ void print(const samples& s, const std::string& from) {
   print_labelled(s, "invalidations by", "coverbs_window_invalidations_total");
   print_value(s, "remote invalidations refused", "coverbs_remote_invalidations_refused_total");
   print_labelled(s, "leases", "coverbs_window_lease_events_total");
+  print_value(s, "leases live", "coverbs_window_leases_live");
   std::printf("connections\n");
   print_labelled(s, "events", "coverbs_connection_events_total");
   print_labelled(s, "disconnects by cause", "coverbs_disconnects_total");

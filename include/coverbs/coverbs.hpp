@@ -6,6 +6,7 @@
 #include <coverbs/address_handle.hpp>
 #include <coverbs/buffer.hpp>
 #include <coverbs/buffer_pool.hpp>
+#include <coverbs/cancel_after.hpp>
 #include <coverbs/completion_queue.hpp>
 #include <coverbs/datagram_queue_pair.hpp>
 #include <coverbs/device.hpp>

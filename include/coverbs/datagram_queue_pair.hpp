@@ -57,6 +57,7 @@
 #include <coverbs/detail/wr_op.hpp>
 #include <coverbs/device.hpp>
 #include <coverbs/error.hpp>
+#include <coverbs/metrics.hpp>
 #include <coverbs/received.hpp>
 
 #include <boost/asio/async_result.hpp>
@@ -133,6 +134,11 @@ public:
   executor_type get_executor() const noexcept;
   ibv_qp* native_handle() const noexcept;
   std::uint32_t qp_num() const noexcept;
+  /// The queue pair's own counts of operations by kind (posted, completed, failed, bytes) and of credit waits,
+  /// counted while `metrics::enable()` is on (all zero when it never was, or in a `-Dmetrics=false` build):
+  /// the per-object rows of the process-wide `metrics::snapshot`. @par Thread Safety Any thread, while the
+  /// loop runs (relaxed loads: a count made meanwhile may or may not be in it).
+  metrics::queue_counters counters() const noexcept;
   /// The queue pair's own Q_Key (`datagram_options::qkey`): what senders put in `datagram_destination::qkey`.
   std::uint32_t qkey() const noexcept;
   /// The local GID and its index (`datagram_options::gid_index`): a receiver reports it as the sender's GID.

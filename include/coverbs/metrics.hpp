@@ -11,6 +11,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace coverbs::metrics {
 
@@ -84,6 +86,24 @@ struct data_path_counters {
   std::uint64_t receives_reposted = 0;  ///< receives a message_endpoint posted again after a message
 };
 
+/// The counts of one queue pair or shared receive queue (`queue_pair::counters()`,
+/// `datagram_queue_pair::counters()`, `shared_receive_queue::counters()`), counted while counting is on:
+/// its operations as in `data_path_counters::operations` (a queue pair's receives from a shared receive
+/// queue count in the shared receive queue's), and its operations that waited for a credit.
+struct queue_counters {
+  std::array<op_counters, op_kind_count> operations{};  ///< indexed by `op_kind`
+  std::uint64_t send_credit_waits = 0;  ///< operations that waited for a send-queue credit
+  std::uint64_t recv_credit_waits = 0;  ///< receives that waited for a receive-queue credit
+};
+
+/// The data path's counts of one thread (an event loop runs on one thread: a `loop_pool` member's thread,
+/// or whichever thread calls `io_context::run()`), while it lives.
+struct thread_data_path {
+  std::string name;           ///< the thread's name (pthread_getname_np(3)) when it first counted
+  std::int64_t thread_id = 0;  ///< its kernel thread id (gettid(2)), as `top -H` and /proc/PID/task show it
+  data_path_counters data_path;
+};
+
 /// Registrations through every `registration_service` (destroyed ones included) and every
 /// `registration_cache`: these are the services' and caches' own `stats()`, summed.
 struct registration_counters {
@@ -119,6 +139,10 @@ struct snapshot {
   registration_counters registration;
   window_counters windows;  ///< always counted (window_counters.hpp), on or off
   connection_counters connections;
+  /// `data_path` per thread: one entry for each live thread that has counted on the data path, ordered by
+  /// `thread_id` (the counts of threads that ended are only in `data_path`; a registration worker, which counts
+  /// no operation, is not listed).
+  std::vector<thread_data_path> threads;
 };
 
 /// Reads every counter: a control-path call (a lock, and a walk over the threads that counted and the live

@@ -60,6 +60,7 @@
 #include <coverbs/detail/srq_start.hpp>
 #include <coverbs/detail/wr_op.hpp>
 #include <coverbs/error.hpp>
+#include <coverbs/metrics.hpp>
 #include <coverbs/received.hpp>
 
 #include <boost/asio/append.hpp>
@@ -121,6 +122,11 @@ public:
   std::size_t waiting() const noexcept;
   /// Queue pairs created with `queue_pair_options::srq` = this and not yet destroyed.
   std::size_t attached() const noexcept;
+  /// The shared receive queue's own counts of operations by kind (posted, completed, failed, bytes) and of credit waits,
+  /// counted while `metrics::enable()` is on (all zero when it never was, or in a `-Dmetrics=false` build):
+  /// the per-object rows of the process-wide `metrics::snapshot`. @par Thread Safety Any thread, while the
+  /// loop runs (relaxed loads: a count made meanwhile may or may not be in it).
+  metrics::queue_counters counters() const noexcept;
 
   /// Posts a receive into `buf` (ibv_post_srq_recv(3)); a message to any attached queue pair may consume it.
   /// @par Completion Signature `void(error_code, srq_received)`: bytes placed, immediate data, invalidated

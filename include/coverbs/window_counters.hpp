@@ -23,7 +23,13 @@ struct window_counters {
   /// `errc::foreign_remote_invalidation` (a hostile or broken peer).
   std::uint64_t foreign_invalidations = 0;
   std::uint64_t windows_replaced = 0;  ///< windows deallocated and reallocated to kill a key for sure
-  std::uint64_t leases_granted = 0, leases_expired = 0, leases_revoked = 0;  ///< window_lease (window_pool.hpp)
+  /// window_lease (window_pool.hpp): granted; expired at their TTL; revoked (by `revoke()`, `async_revoke`, the
+  /// lease's destruction or a cancelled hold). A lease whose key a peer invalidated ends in neither.
+  std::uint64_t leases_granted = 0, leases_expired = 0, leases_revoked = 0;
+  /// Leases live now: granted and not yet ended (expired, revoked, invalidated by the peer, or their queue pair
+  /// gone); a gauge summed like `windows_allocated`, so it never wraps. A lease counts as ended when its
+  /// revocation starts, before its key is dead.
+  std::uint64_t leases_live = 0;
 };
 
 /// A snapshot of the counters. Each thread counts in a block of its own (a bind or an invalidation costs no

@@ -13,6 +13,7 @@
 namespace coverbs {
 
 connection detail::cm_access::make_connection(std::shared_ptr<connection_impl> impl) noexcept {
+  if (impl) impl->handed_out_ = true;
   return connection(std::move(impl));
 }
 

@@ -144,9 +144,8 @@ void connection_impl::on_event(const cm_event& e) {
 void connection_impl::fail_or_drop(errc why) {
   if (op_) return fail(why, false);
   if (phase_ != phase::established && phase_ != phase::disconnecting) return;
-  tally(why != errc::connection_reset     ? metric::disconnected_on_error
-        : phase_ == phase::disconnecting ? metric::disconnected_locally
-                                          : metric::disconnected_by_peer);
+  if (why != errc::connection_reset) tally(metric::disconnected_on_error);
+  else count_end(phase_ == phase::disconnecting);
   // The queue pair is not attached to the cm_id, so rdma_cm leaves it alone: flush it ourselves.
   if (!error_) error_ = why;
   if (qp_) impl_of(*qp_)->to_error(error_);
@@ -156,6 +155,21 @@ void connection_impl::fail_or_drop(errc why) {
   if (disconnect_) {
     deliver(std::move(disconnect_), ex_, false, error_code{});
   }
+}
+
+void connection_impl::count_end(bool local) noexcept {
+  if (!metrics_on() || !handed_out_) return;
+  bool failed = false;
+  if (qp_) {
+    const queue_pair_impl* q = impl_of(*qp_);
+    // What moved the queue pair to the error state, when it is there: this side's and the peer's disconnect
+    // (errc::disconnected, connection_reset) and a terminal cancellation (operation_aborted) are no failures;
+    // a flush is the consequence of something else.
+    const error_code& e = q->error_;
+    failed = q->in_error() && e != errc::disconnected && e != errc::connection_reset &&
+             e != asio::error::operation_aborted && e != wc_errc::wr_flush_err;
+  }
+  note(failed ? metric::disconnected_on_error : local ? metric::disconnected_locally : metric::disconnected_by_peer);
 }
 
 void connection_impl::setup_qp() {
@@ -289,6 +303,11 @@ void connection_impl::established() {
 void connection_impl::close() noexcept {
   if (closed_) return;
   closed_ = true;
+  // Destroyed while established, or before its own disconnect finished: this side ended it.
+  if (phase_ == phase::established || phase_ == phase::disconnecting) {
+    count_end(true);
+    phase_ = phase::down;
+  }
   if (timer_) timer_->cancel();
   if (channel_) channel_->release_fd();
   if (qp_ && deferred_entries_) impl_of(*cq_)->reserved_ += deferred_entries_;  // the queue pair gives them back

@@ -72,6 +72,9 @@ public:
   std::chrono::milliseconds route_timeout_{2000};
   bool waiting_ = false, closed_ = false;
   bool passive_ = false;       // accepted by a listener
+  // Handed to the user by an accept or a connect (counted as accepted / connected): only such a connection's
+  // end is counted (count_end); one a listener drops before any accept took it was counted as reaped.
+  bool handed_out_ = false;
   bool loopback_dst_ = false;  // connecting to a loopback or wildcard address
   /// A listener's handshake on the accept's own completion queue (`options.cq`): the entries its queue pair
   /// reserved there, given back until the requester finished the handshake. Several handshakes may run on one
@@ -96,6 +99,10 @@ public:
   void on_event(const cm_event& e);
   /// An error event: fails a pending connect/accept, else takes an established connection down.
   void fail_or_drop(errc why);
+  /// An established connection ended (`local`: by this side, async_disconnect or destruction; else by the peer's
+  /// disconnect or a device event): counts its cause, once. An error when its queue pair had failed first (a
+  /// completion with an error status other than a flush, or a device event), whoever disconnected then.
+  void count_end(bool local) noexcept;
   /// Protection domain, completion queue and queue pair on the cm_id's device; the queue pair in INIT, then
   /// `connection_options::prepare`.
   void setup_qp();

@@ -183,6 +183,7 @@ void start_disconnect(connection_impl* c, const asio::any_io_executor& ex, disco
   if (!c->error_) c->error_ = errc::disconnected;
   if (c->qp_) impl_of(*c->qp_)->to_error(c->error_);
   if (const error_code ec = verbs_errno_result(rdma_disconnect(c->id_)); ec && ec != std::errc::invalid_argument) {
+    c->count_end(true);  // ended here: no DISCONNECTED event will say so
     c->phase_ = connection_impl::phase::down;
     return fail_now(c->ex_, ec);
   }

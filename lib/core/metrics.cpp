@@ -4,6 +4,7 @@
 #include "core/metrics.hpp"
 #include "core/thread_counters.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cstdlib>
 #include <cstring>
@@ -106,9 +107,9 @@ source_registry& sources() {
 
 void note(metric m, std::uint64_t delta) noexcept { add(static_cast<std::size_t>(m), delta); }
 
-void note_finished(const wr_node* n, const error_code& ec, const ibv_wc* wc, bool posted) noexcept {
+void note_finished(const wr_node* n, const error_code& ec, const ibv_wc* wc, bool posted, queue_counts* own) noexcept {
   const metrics::op_kind kind = kind_of(n);
-  const std::size_t row = ops_at + 4 * static_cast<std::size_t>(kind);
+  const std::size_t row = 4 * static_cast<std::size_t>(kind);  // the kind's posted, completed, failed, bytes
   std::size_t error_at = 0;  // the error's counter, for a failure
   if (ec) {
     const auto value = static_cast<std::size_t>(ec.value());
@@ -117,16 +118,36 @@ void note_finished(const wr_node* n, const error_code& ec, const ibv_wc* wc, boo
                                                                   : static_cast<std::size_t>(metric::other_errors);
   }
   const std::uint64_t bytes = ec ? 0 : bytes_of(kind, n, wc);
-  blocks::update([&](blocks::counters v) {
-    if (posted) blocks::bump(v, row);
+  // The same columns in the thread's block (from ops_at) and in the queue's own counts (from 0).
+  const auto count = [&](auto&& bump, std::size_t at) {
+    if (posted) bump(at + row, 1);
     if (!ec) {
-      blocks::bump(v, row + 1);
-      blocks::bump(v, row + 3, bytes);
+      bump(at + row + 1, 1);
+      bump(at + row + 3, bytes);
     } else {
-      blocks::bump(v, row + 2);
-      blocks::bump(v, error_at);
+      bump(at + row + 2, 1);
     }
+  };
+  blocks::update([&](blocks::counters v) {
+    count([&](std::size_t i, std::uint64_t d) { blocks::bump(v, i, d); }, ops_at);
+    if (ec) blocks::bump(v, error_at);
   });
+  if (own) count([&](std::size_t i, std::uint64_t d) { own->bump(i, d); }, 0);
+}
+
+void note_credit_wait(bool recv, queue_counts* own) noexcept {
+  note(recv ? metric::recv_credit_waits : metric::send_credit_waits);
+  if (own) own->bump(recv ? queue_counts::recv_credit_waits : queue_counts::send_credit_waits);
+}
+
+metrics::queue_counters queue_counts::read() const noexcept {
+  metrics::queue_counters out;
+  const auto get = [&](std::size_t i) { return v[i].load(std::memory_order_relaxed); };
+  for (std::size_t k = 0; k < op_kind_count; ++k)
+    out.operations[k] = {get(4 * k), get(4 * k + 1), get(4 * k + 2), get(4 * k + 3)};
+  out.send_credit_waits = get(send_credit_waits);
+  out.recv_credit_waits = get(recv_credit_waits);
+  return out;
 }
 
 void note_poll(int n) noexcept { add_to_histogram(per_poll_at, static_cast<std::uint64_t>(n)); }
@@ -148,11 +169,9 @@ std::shared_ptr<void> enroll_metrics(metrics_reader reader) {
   });
 }
 
-void read_core_metrics(metrics::snapshot& out) {
-  std::uint64_t c[counter_count];
-  blocks::sum_all(c);
+/// The data path's counters from one block of counters `c` (a thread's, or every thread's summed).
+static void fill_data_path(metrics::data_path_counters& d, const std::uint64_t* c) noexcept {
   const auto get = [&](metric m) { return c[static_cast<std::size_t>(m)]; };
-  auto& d = out.data_path;
   for (std::size_t k = 0; k < op_kind_count; ++k) {
     const std::uint64_t* row = c + ops_at + 4 * k;
     d.operations[k] = {row[0], row[1], row[2], row[3]};
@@ -166,6 +185,30 @@ void read_core_metrics(metrics::snapshot& out) {
   d.send_credit_waits = get(metric::send_credit_waits);
   d.recv_credit_waits = get(metric::recv_credit_waits);
   d.receives_reposted = get(metric::receives_reposted);
+}
+
+void read_core_metrics(metrics::snapshot& out) {
+  std::uint64_t c[counter_count];
+  blocks::sum_all(c);
+  const auto get = [&](metric m) { return c[static_cast<std::size_t>(m)]; };
+  fill_data_path(out.data_path, c);
+  out.threads.clear();
+  blocks::for_each_live([&](const char* name, std::int64_t tid, const std::uint64_t* v) {
+    // A thread with no data path of its own (a registration worker counting its ibv_reg_mr calls) is left out.
+    const bool data_path = std::any_of(v + ops_at, v + latency_at, [](std::uint64_t x) { return x != 0; }) ||
+                           v[static_cast<std::size_t>(metric::empty_polls)] ||
+                           v[static_cast<std::size_t>(metric::capped_turns)] ||
+                           v[static_cast<std::size_t>(metric::send_credit_waits)] ||
+                           v[static_cast<std::size_t>(metric::recv_credit_waits)] ||
+                           v[static_cast<std::size_t>(metric::receives_reposted)] ||
+                           v[static_cast<std::size_t>(metric::other_errors)];
+    if (!data_path) return;
+    auto& t = out.threads.emplace_back();
+    t.name = name;
+    t.thread_id = tid;
+    fill_data_path(t.data_path, v);
+  });
+  std::sort(out.threads.begin(), out.threads.end(), [](const auto& a, const auto& b) { return a.thread_id < b.thread_id; });
   fill(out.registration.latency_us, c + latency_at);
   out.registration.bytes_registered = get(metric::bytes_registered);
   auto& cn = out.connections;

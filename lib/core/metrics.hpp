@@ -60,10 +60,27 @@ inline void tally(metric m) noexcept {
     note(m);
 }
 
+/// The counts of one queue pair or shared receive queue (queue_pair::counters()): per operation kind posted,
+/// completed, failed and bytes, then the send and receive credit waits. Only the thread that runs the queue
+/// writes them (load + store, relaxed: no locked instruction); any thread reads them.
+struct queue_counts {
+  static constexpr std::size_t send_credit_waits = 4 * metrics::op_kind_count, recv_credit_waits = send_credit_waits + 1;
+  std::atomic<std::uint64_t> v[recv_credit_waits + 1] = {};
+  void bump(std::size_t i, std::uint64_t delta = 1) noexcept {
+    v[i].store(v[i].load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+  }
+  /// What queue_pair::counters() returns.
+  metrics::queue_counters read() const noexcept;
+};
+
 /// The operation `n` ended with `ec` (success: its bytes, from `wc` for a receive; failure: its error),
-/// after the device had it (`posted`) or before. Counting the posting here, when the operation ends, spares
-/// the data path a second test per operation; an operation in flight is not in `posted` yet.
-void note_finished(const wr_node* n, const error_code& ec, const ibv_wc* wc, bool posted) noexcept;
+/// after the device had it (`posted`) or before: counted for the calling thread and, when not null, in
+/// `own` (its queue pair's or shared receive queue's counts). Counting the posting here, when the operation
+/// ends, spares the data path a second test per operation; an operation in flight is not in `posted` yet.
+void note_finished(const wr_node* n, const error_code& ec, const ibv_wc* wc, bool posted, queue_counts* own) noexcept;
+/// An operation waits for a credit of its send queue (`recv`: its receive queue): counted for the calling
+/// thread and in `own`.
+void note_credit_wait(bool recv, queue_counts* own) noexcept;
 /// A non-empty poll returned `n` completions (an empty one: note(metric::empty_polls)).
 void note_poll(int n) noexcept;
 /// A worker's ibv_reg_mr of `bytes` took `microseconds`.

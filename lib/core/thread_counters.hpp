@@ -4,6 +4,9 @@
 // any thread sums. A thread's block is folded into the totals when the thread ends, so sums never go down.
 // Instantiate with a tag of internal linkage (in an unnamed namespace), in one translation unit.
 
+#include <pthread.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -78,6 +81,19 @@ public:
       n += b->v[i].load(relaxed);
     return n;
   }
+  /// Calls `f(name, thread_id, counters)` for every live thread's block, under the lock, in the order the
+  /// threads first counted: `name` is the thread's name then (pthread_getname_np), `thread_id` its gettid().
+  template <class F>
+  static void for_each_live(F&& f) {
+    auto& t = totals();
+    std::lock_guard lock(t.mutex);
+    for (const block* b : t.live) {
+      std::uint64_t v[N];
+      for (std::size_t i = 0; i < N; ++i)
+        v[i] = b->v[i].load(relaxed);
+      f(static_cast<const char*>(b->name), b->thread_id, static_cast<const std::uint64_t*>(v));
+    }
+  }
   /// Every counter summed over every thread (one lock).
   static void sum_all(std::uint64_t (&out)[N]) noexcept {
     auto& t = totals();
@@ -95,6 +111,8 @@ private:
   /// One thread's counts. Only its thread writes them (load + store, no read-modify-write); readers load.
   struct block {
     std::atomic<std::uint64_t> v[N] = {};
+    char name[16] = {};          // the thread's name when it attached (pthread names hold 15 characters)
+    std::int64_t thread_id = 0;  // gettid()
   };
   /// Every live thread's block and what threads that ended had counted. Never destroyed: threads may still
   /// count during static destruction.
@@ -134,6 +152,8 @@ private:
     try {
       thread_local block_owner owner;
       auto b = std::make_unique<block>();
+      pthread_getname_np(pthread_self(), b->name, sizeof b->name);
+      b->thread_id = static_cast<std::int64_t>(gettid());
       auto& t = totals();
       std::lock_guard lock(t.mutex);
       t.live.push_back(b.get());

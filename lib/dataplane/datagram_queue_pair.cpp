@@ -92,6 +92,7 @@ datagram_queue_pair::executor_type datagram_queue_pair::get_executor() const noe
 }
 ibv_qp* datagram_queue_pair::native_handle() const noexcept { return impl_ ? impl_->qp_ : nullptr; }
 std::uint32_t datagram_queue_pair::qp_num() const noexcept { return impl_ ? impl_->qp_->qp_num : 0; }
+metrics::queue_counters datagram_queue_pair::counters() const noexcept { return impl_ ? impl_->counts_.read() : metrics::queue_counters{}; }
 std::uint32_t datagram_queue_pair::qkey() const noexcept { return impl_ ? impl_->create_.qkey : 0; }
 gid_entry datagram_queue_pair::local_gid() const { return impl_->gid_; }
 std::uint8_t datagram_queue_pair::port() const noexcept { return impl_ ? impl_->options_.port : 0; }

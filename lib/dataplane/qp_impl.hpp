@@ -5,6 +5,8 @@
 #include <coverbs/detail/wr_node.hpp>
 #include <coverbs/queue_pair.hpp>
 
+#include "core/metrics.hpp"
+
 #include <boost/asio/cancellation_type.hpp>
 
 #include <memory>
@@ -141,6 +143,7 @@ public:
   // terminal cancellation of a posted request is ignored (the queue pair serves every peer).
   qp_create create_;
   std::unique_ptr<grh_slots> grh_;  // UD: where each posted receive's global route header lands
+  queue_counts counts_;  // queue_pair::counters(): counted while metrics are on (core/metrics.hpp)
 
 private:
   work_queue& queue_of(const wr_node* n) noexcept { return n->is_recv ? rq_ : sq_; }

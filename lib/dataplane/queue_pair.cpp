@@ -92,7 +92,7 @@ namespace {
   if (ec && n->cancelled) ec = boost::asio::error::operation_aborted;
   if (n->on_complete) n->on_complete(n, ec);
   if (metrics_on()) [[unlikely]]
-    note_finished(n, ec, wc, true);
+    note_finished(n, ec, wc, true, n->qp ? &n->qp->counts_ : nullptr);
   n->state = node_state::done;
   n->complete(n, ec, wc, mode);
 }
@@ -293,7 +293,7 @@ void queue_pair_impl::attach_srq(ibv_pd* pd, shared_receive_queue_impl* srq) {
 void queue_pair_impl::fail(wr_node* n, error_code ec) {
   if (n->on_complete) n->on_complete(n, ec);
   if (metrics_on()) [[unlikely]]
-    note_finished(n, ec, nullptr, false);
+    note_finished(n, ec, nullptr, false, n->qp ? &n->qp->counts_ : nullptr);
   n->complete(n, ec, nullptr, completion_mode::post);
 }
 
@@ -308,7 +308,7 @@ void queue_pair_impl::start(wr_node* n, error_code ec) {
     n->state = node_state::waiting_credit;
     q.waiting.push(n);
     if (metrics_on()) [[unlikely]]
-      note(n->is_recv ? metric::recv_credit_waits : metric::send_credit_waits);
+      note_credit_wait(n->is_recv, &counts_);
     return;
   }
   submit(n);
@@ -529,6 +529,7 @@ queue_pair::~queue_pair() = default;
 queue_pair::executor_type queue_pair::get_executor() const noexcept { return impl_->send_cq_->executor_; }
 ibv_qp* queue_pair::native_handle() const noexcept { return impl_ ? impl_->qp_ : nullptr; }
 std::uint32_t queue_pair::qp_num() const noexcept { return impl_ ? impl_->qp_->qp_num : 0; }
+metrics::queue_counters queue_pair::counters() const noexcept { return impl_ ? impl_->counts_.read() : metrics::queue_counters{}; }
 error_code queue_pair::error() const noexcept { return impl_ ? impl_->error_ : error_code{}; }
 std::size_t queue_pair::sends_outstanding() const noexcept {
   return impl_ ? impl_->sq_.outstanding + impl_->batch_.size : 0;

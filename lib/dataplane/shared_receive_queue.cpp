@@ -175,7 +175,7 @@ shared_receive_queue_impl::~shared_receive_queue_impl() {
 
 void shared_receive_queue_impl::fail(wr_node* n, error_code ec, bool posted) {
   if (metrics_on() && n->is_recv) [[unlikely]]
-    note_finished(n, ec, nullptr, posted);
+    note_finished(n, ec, nullptr, posted, n->srq ? &n->srq->counts_ : nullptr);
   n->state = node_state::done;
   n->complete(n, ec, nullptr, completion_mode::post);
 }
@@ -199,7 +199,7 @@ void shared_receive_queue_impl::start(wr_node* n, error_code ec) {
     n->state = node_state::waiting_credit;
     waiting_.push(n);
     if (metrics_on()) [[unlikely]]
-      note(metric::recv_credit_waits);
+      note_credit_wait(true, &counts_);
     return;
   }
   post_now(n);
@@ -240,7 +240,7 @@ void shared_receive_queue_impl::on_completion(wr_node* n, const ibv_wc& wc, comp
     while (!waiting_.empty() && credits_ > 0)
       post_now(waiting_.pop());
   if (metrics_on()) [[unlikely]]
-    note_finished(n, ec, &wc, true);
+    note_finished(n, ec, &wc, true, &counts_);
   n->state = node_state::done;
   n->complete(n, ec, &wc, mode);
 }
@@ -317,6 +317,7 @@ std::uint32_t shared_receive_queue::max_wr() const noexcept { return impl_ ? imp
 std::size_t shared_receive_queue::posted() const noexcept { return impl_ ? impl_->posted_ : 0; }
 std::size_t shared_receive_queue::waiting() const noexcept { return impl_ ? impl_->waiting_.size : 0; }
 std::size_t shared_receive_queue::attached() const noexcept { return impl_ ? impl_->attached_ : 0; }
+metrics::queue_counters shared_receive_queue::counters() const noexcept { return impl_ ? impl_->counts_.read() : metrics::queue_counters{}; }
 void shared_receive_queue::set_limit(std::uint32_t n) { impl_->set_limit(n); }
 
 }  // namespace coverbs

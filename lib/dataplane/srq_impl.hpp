@@ -54,6 +54,7 @@ public:
   std::unique_ptr<grh_slots> grh_;  // a datagram SRQ's GRH slots and overflow area (srq_options::datagram)
   std::size_t max_datagram_ = 0;    // with grh_: the port's active MTU in bytes
   std::vector<std::pair<std::uint32_t, std::uint32_t>> qkeys_;  // attached datagram queue pairs: (qp_num, Q_Key)
+  queue_counts counts_;  // shared_receive_queue::counters(): counted while metrics are on
 
 private:
   void post_now(wr_node* n);

@@ -131,6 +131,26 @@ void add_data_path(families& f, const data_path_counters& p) {
             d(p.receives_reposted));
 }
 
+/// Per thread (an event loop is one): its completed operations by kind (the kinds it completed any of) and its
+/// polls, labelled with the thread's name and kernel thread id.
+void add_threads(families& f, const std::vector<thread_data_path>& threads) {
+  const char* ops_help = "Operations that completed successfully on each thread (event loop), by kind";
+  for (const auto& t : threads)
+    for (std::size_t k = 0; k < op_kind_count; ++k)
+      if (t.data_path.operations[k].completed)
+        f.counter("coverbs_thread_operations_completed_total", ops_help, d(t.data_path.operations[k].completed),
+                  {{"thread", t.name}, {"tid", std::to_string(t.thread_id)}, {"kind", name(static_cast<op_kind>(k))}});
+  const char* polls_help = "ibv_poll_cq calls on each thread (event loop): with completions, or empty";
+  for (const auto& t : threads) {
+    const labels who{{"thread", t.name}, {"tid", std::to_string(t.thread_id)}};
+    labels with = who, empty = who;
+    with.push_back({"outcome", "completions"});
+    empty.push_back({"outcome", "empty"});
+    f.counter("coverbs_thread_polls_total", polls_help, d(t.data_path.completions_per_poll.count), std::move(with));
+    f.counter("coverbs_thread_polls_total", polls_help, d(t.data_path.empty_polls), std::move(empty));
+  }
+}
+
 void add_registration(families& f, const registration_counters& r) {
   f.counter("coverbs_registrations_total", "Successful ibv_reg_mr calls of the registration services", d(r.registered));
   f.counter("coverbs_deregistrations_total", "Successful ibv_dereg_mr calls of the registration services",
@@ -165,6 +185,7 @@ void add_windows(families& f, const window_counters& w) {
   f.counter("coverbs_window_lease_events_total", lease_help, d(w.leases_granted), {{"event", "granted"}});
   f.counter("coverbs_window_lease_events_total", lease_help, d(w.leases_expired), {{"event", "expired"}});
   f.counter("coverbs_window_lease_events_total", lease_help, d(w.leases_revoked), {{"event", "revoked"}});
+  f.gauge("coverbs_window_leases_live", "Window leases granted and not yet ended", d(w.leases_live));
 }
 
 void add_connections(families& f, const connection_counters& c) {
@@ -186,6 +207,7 @@ std::vector<MetricFamily> to_families(const snapshot& s) {
   families f;
   f.gauge("coverbs_metrics_enabled", "Whether coverbs counts (metrics::enable)", s.enabled ? 1 : 0);
   add_data_path(f, s.data_path);
+  add_threads(f, s.threads);
   add_registration(f, s.registration);
   add_windows(f, s.windows);
   add_connections(f, s.connections);

@@ -85,7 +85,7 @@ error_code accounting::dereg(ibv_mr* mr) noexcept {
   error_code ec = verbs->dereg_mr(mr);
   if (!ec) {
     detail::forget_region(mr);
-    deregistered.fetch_add(1, std::memory_order_relaxed);
+    deregistered.fetch_add(1, std::memory_order_release);  // after its `registered` or `taken_back`: see stats()
     bytes_held.fetch_sub(length, std::memory_order_relaxed);
   }
   return ec;
@@ -110,7 +110,7 @@ request::~request() {
 
 memory_region hand_over(request& r) noexcept {
   if (!r.mr) return {};
-  r.acct->handed_over.fetch_add(1, std::memory_order_relaxed);
+  r.acct->handed_over.fetch_add(1, std::memory_order_release);  // after its `registered`: see stats()
   r.acct->bytes_held.fetch_sub(static_cast<std::int64_t>(r.mr->length), std::memory_order_relaxed);
   return memory_region::adopt(std::exchange(r.mr, nullptr), r.mr_rights);
 }
@@ -125,8 +125,8 @@ registration_core::registration_core(std::shared_ptr<registrar> verbs, const reg
   metrics_ = enroll_metrics([acct = acct_](metrics::snapshot& out, bool retiring) {
     const auto get = [](const auto& v) { return v.load(std::memory_order_relaxed); };
     auto& r = out.registration;
+    r.deregistered += acct->deregistered.load(std::memory_order_acquire);  // first: as stats()
     r.registered += get(acct->registered);
-    r.deregistered += get(acct->deregistered);
     r.failed += get(acct->failed);
     r.retries += get(acct->retries);
     if (!retiring) r.bytes_held += get(acct->bytes_held);
@@ -403,9 +403,14 @@ registration_stats registration_core::stats() const noexcept {
   const auto& a = *acct_;
   const auto get = [](const auto& v) { return v.load(std::memory_order_relaxed); };
   registration_stats s;
+  // The regions that went (deregistered, handed over: counted with release stores) before those that came
+  // (registered, taken back), each with acquire: every region gone that this read sees has its coming in
+  // what it reads next, so held() is never negative (read the other way round, a registration and its
+  // deregistration between the two loads read as -1).
+  s.deregistered = a.deregistered.load(std::memory_order_acquire);
+  s.handed_over = a.handed_over.load(std::memory_order_acquire);
+  if (pause_in_stats) [[unlikely]] pause_in_stats();
   s.registered = get(a.registered);
-  s.deregistered = get(a.deregistered);
-  s.handed_over = get(a.handed_over);
   s.taken_back = get(a.taken_back);
   s.bytes_held = get(a.bytes_held);
   s.shared_live = get(a.shared_live);

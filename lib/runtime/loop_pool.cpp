@@ -3,6 +3,8 @@
 
 #include "runtime/pool_lease.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <future>
 #include <limits>
@@ -105,11 +107,16 @@ loop_pool::member* loop_pool::current() noexcept {
 }
 
 void loop_pool::run() {
-  for (auto& m : members_) {
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    auto& m = members_[i];
     if (m->thread_.joinable()) continue;
     m->io_->restart();
     m->running_.store(true, std::memory_order_release);
-    m->thread_ = std::thread([mp = m.get()] {
+    m->thread_ = std::thread([mp = m.get(), i] {
+      // "coverbs-loop-N" (N: the member's index) in top -H, gdb and metrics::snapshot::threads; "cvb-loop-N"
+      // from member 100 on (a thread's name holds 15 characters).
+      const std::string name = (i < 100 ? "coverbs-loop-" : "cvb-loop-") + std::to_string(i);
+      pthread_setname_np(pthread_self(), name.c_str());
       mp->thread_id_.store(std::this_thread::get_id(), std::memory_order_release);
       mp->io_->run();
       mp->running_.store(false, std::memory_order_release);

@@ -19,6 +19,13 @@ void count_deallocated() noexcept {
   window_blocks::add_released(static_cast<std::size_t>(window_counter::windows_deallocated));
 }
 
+void count_lease_ended() noexcept { window_blocks::add_released(static_cast<std::size_t>(window_counter::leases_ended)); }
+
+std::uint64_t leases_alive() noexcept {
+  return window_blocks::difference(static_cast<std::size_t>(window_counter::leases_granted),
+                                   static_cast<std::size_t>(window_counter::leases_ended));
+}
+
 std::uint64_t counted(window_counter c) noexcept { return window_blocks::sum(static_cast<std::size_t>(c)); }
 
 std::uint64_t windows_alive() noexcept {
@@ -43,6 +50,7 @@ window_counters window_statistics() noexcept {
   s.leases_granted = counted(c::leases_granted);
   s.leases_expired = counted(c::leases_expired);
   s.leases_revoked = counted(c::leases_revoked);
+  s.leases_live = detail::leases_alive();
   return s;
 }
 

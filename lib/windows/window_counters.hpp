@@ -18,6 +18,7 @@ enum class window_counter : unsigned {
   leases_granted,
   leases_expired,
   leases_revoked,
+  leases_ended,  // granted leases that left the active state, for any reason (only goes up; count_lease_ended)
   count_
 };
 /// Adds `delta` to counter `c` (counters only go up; a window deallocated: count_deallocated). Each thread
@@ -27,6 +28,10 @@ enum class window_counter : unsigned {
 void count(window_counter c, std::uint64_t delta = 1) noexcept;
 /// Counts a window deallocated (`windows_deallocated`), after its allocation was counted, on any thread.
 void count_deallocated() noexcept;
+/// Counts a granted lease that ended (`leases_ended`), after its grant was counted, on any thread.
+void count_lease_ended() noexcept;
+/// Leases granted and not ended, summed as `windows_alive`.
+std::uint64_t leases_alive() noexcept;
 /// Counter `c` summed over every thread.
 std::uint64_t counted(window_counter c) noexcept;
 /// Windows alive now: `windows_allocated` minus `windows_deallocated`, summed so that it never wraps (a

@@ -107,6 +107,7 @@ void end_lease(const std::shared_ptr<lease_state>& s) {
 void start_revoke(const std::shared_ptr<lease_state>& s, error_code cause) {
   if (s->state != lease_state::phase::active) return;
   s->state = lease_state::phase::revoking;
+  count_lease_ended();
   s->cause = cause;
   s->timer.cancel();
   if (s->qp_life.expired()) {
@@ -124,6 +125,7 @@ void on_peer_invalidation(void* context, error_code cause) {
   auto s = static_cast<lease_state*>(context)->shared_from_this();
   if (s->state != lease_state::phase::active) return;
   s->cause = cause;
+  count_lease_ended();
   end_lease(s);
 }
 

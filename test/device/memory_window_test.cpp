@@ -546,6 +546,7 @@ TEST_CASE("a lease expires at its time-to-live and its key is dead afterwards", 
     const auto ttl = std::chrono::milliseconds(300);
     const auto start = std::chrono::steady_clock::now();
     cv::window_lease lease = co_await pool.async_lease(p.a, region.mr, {}, cv::access::remote_write, ttl);
+    CHECK(cv::window_statistics().leases_live == before.leases_live + 1);
     REQUIRE(lease.expires_at());
     CHECK(*lease.expires_at() >= start + ttl);
     const auto key = lease.key();
@@ -557,6 +558,7 @@ TEST_CASE("a lease expires at its time-to-live and its key is dead afterwards", 
     CHECK(refused == cv::wc_errc::rem_access_err);
   });
   CHECK(cv::window_statistics().leases_expired == before.leases_expired + 1);
+  CHECK(cv::window_statistics().leases_live == before.leases_live);
 }
 
 TEST_CASE("a cancelled hold completes only after the key is dead", "[mw][lease][cancel]") {
@@ -588,8 +590,10 @@ TEST_CASE("the peer's send-with-invalidate ends a hold with success", "[mw][leas
   rc_pair p;
   test_buffer region(p.pd, 1 << 16, region_rights), peer(p.pd, 4096), inbox(p.pd, 4096);
   cv::window_pool pool(p.pd, {.initial_windows = 1});
+  const auto before = cv::window_statistics();
   p.run([&]() -> awaitable<void> {
     cv::window_lease lease = co_await pool.async_lease(p.a, region.mr, {}, cv::access::remote_write);
+    CHECK(cv::window_statistics().leases_live == before.leases_live + 1);
     p.a.async_recv(inbox.span(0, 64), [](cv::error_code, cv::received) {});
     test::completion<int> held;
     lease.async_hold([&](cv::error_code ec) { held.handler()(ec, 0); });
@@ -598,6 +602,11 @@ TEST_CASE("the peer's send-with-invalidate ends a hold with success", "[mw][leas
     CHECK_FALSE(*held.ec);
     CHECK_FALSE(lease.active());
     CHECK(pool.free() == 1);
+    // Ended by the peer: neither expired nor revoked, and no longer live.
+    const auto after = cv::window_statistics();
+    CHECK(after.leases_live == before.leases_live);
+    CHECK(after.leases_revoked == before.leases_revoked);
+    CHECK(after.leases_expired == before.leases_expired);
   });
 }
 

@@ -867,8 +867,11 @@ TEST_CASE("an exception thrown by a handler called on the endpoint's loop leaves
   CHECK(reply == transform(req));
 }
 
-TEST_CASE("call || timer: the timer abandons the call at once; its late reply is dropped and counted",
+TEST_CASE("a call abandoned by call || timer or by a cancel_after deadline: its late reply is dropped and counted, "
+          "the endpoint unharmed; a call answered within its deadline keeps its reply",
           "[messaging][cancel]") {
+  const bool deadline = GENERATE(false, true);  // false: call || timer; true: cancel_after
+  INFO((deadline ? "cancel_after" : "call || timer"));
   fixture f;
   endpoint_pair p(f.io, f.dev, f.pd);
   std::vector<cv::inbound_request> held;
@@ -876,14 +879,19 @@ TEST_CASE("call || timer: the timer abandons the call at once; its late reply is
     auto [ec, req] = co_await p.server.async_receive_request(with_ec);
     if (!ec) held.push_back(std::move(req));
   }, asio::detached);
-  int timer_won = 0;
+  bool abandoned = false;
   f.run([&]() -> awaitable<void> {
-    asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::milliseconds(300));
     const bytes req(32, std::byte{4});
-    auto r = co_await (p.client.async_call(req, asio::use_awaitable) || t.async_wait(asio::use_awaitable));
-    timer_won = r.index() == 1;
+    if (deadline) {
+      auto [ec, reply] = co_await p.client.async_call(req, cv::cancel_after(std::chrono::milliseconds(300), with_ec));
+      abandoned = ec == asio::error::operation_aborted;
+    } else {
+      asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::milliseconds(300));
+      auto r = co_await (p.client.async_call(req, asio::use_awaitable) || t.async_wait(asio::use_awaitable));
+      abandoned = r.index() == 1;
+    }
   });
-  CHECK(timer_won == 1);
+  CHECK(abandoned);
   REQUIRE(held.size() == 1);
   CHECK(p.client.statistics().calls_abandoned == 1);
   // The server answers now: the reply is dropped, its slot reposted, and the next call works.
@@ -895,10 +903,16 @@ TEST_CASE("call || timer: the timer abandons the call at once; its late reply is
   REQUIRE(f.run_until([&] { return p.client.statistics().replies_dropped == 1; }));
   const bytes req(8, std::byte{5});
   const auto reply = f.run([&]() -> awaitable<bytes> {
+    if (deadline) {  // answered well within its deadline
+      auto [ec, m] = co_await p.client.async_call(req, cv::cancel_after(std::chrono::seconds(60), with_ec));
+      CHECK_FALSE(ec);
+      co_return bytes(m.bytes().begin(), m.bytes().end());
+    }
     cv::inbound_message m = co_await p.client.async_call(req);  // the default token, awaited in place
     co_return bytes(m.bytes().begin(), m.bytes().end());
   });
   CHECK(reply == transform(req));
+  CHECK(p.client.statistics().calls_abandoned == 1);
 }
 
 TEST_CASE("a send flushed after its endpoint and queue pair are destroyed completes without reading either",

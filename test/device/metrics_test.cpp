@@ -2,12 +2,18 @@
 // operations this test performed — by kind, bytes and errors, a deliberate remote access error included —
 // and registrations and window binds appear in it. The same on the software device: test/unit/metrics_test.cpp.
 #include <coverbs/metrics.hpp>
+#if defined(COVERBS_HAS_RDMACM)
+#include <coverbs/cm.hpp>
+#endif
 
 #include "fixtures/completion.hpp"
+#include "fixtures/event_loop.hpp"
 #include "fixtures/rxe_pair.hpp"
 #include "fixtures/test_buffer.hpp"
 
 #include <boost/asio/use_awaitable.hpp>
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -88,6 +94,27 @@ TEST_CASE("the snapshot counts each operation by kind with its bytes, and a remo
   for (std::size_t k = 0; k < metrics::op_kind_count; ++k)
     CHECK(d.failed(static_cast<op_kind>(k)) == 0);
   CHECK(d.after.data_path.completions_per_poll.sum - d.before.data_path.completions_per_poll.sum == 3 + 3 + 2 + 1 + 1);
+  // The same, per queue pair (both made by this test) and for this thread (the loop's).
+  const auto qa = p.a.counters(), qb = p.b.counters();
+  const auto k = [](op_kind kind) { return static_cast<std::size_t>(kind); };
+  CHECK(qa.operations[k(op_kind::send)].completed == 3);
+  CHECK(qa.operations[k(op_kind::send)].bytes == 600);
+  CHECK(qa.operations[k(op_kind::write)].completed == 2);
+  CHECK(qa.operations[k(op_kind::read)].bytes == 512);
+  CHECK(qa.operations[k(op_kind::atomic)].completed == 1);
+  CHECK(qa.operations[k(op_kind::recv)].posted == 0);
+  CHECK(qb.operations[k(op_kind::recv)].completed == 3);
+  CHECK(qb.operations[k(op_kind::recv)].bytes == 600);
+  CHECK(qb.operations[k(op_kind::send)].posted == 0);
+  const auto self = static_cast<std::int64_t>(gettid());
+  const auto mine = [&](const metrics::snapshot& snap) -> const metrics::thread_data_path* {
+    const auto it = std::find_if(snap.threads.begin(), snap.threads.end(),
+                                 [&](const auto& t) { return t.thread_id == self; });
+    return it == snap.threads.end() ? nullptr : &*it;
+  };
+  REQUIRE(mine(d.after));
+  const std::uint64_t writes_before = mine(d.before) ? mine(d.before)->data_path.operations[k(op_kind::write)].completed : 0;
+  CHECK(mine(d.after)->data_path.operations[k(op_kind::write)].completed - writes_before == 2);
 
   // A write to a key that names nothing: rem_access_err, and the write behind it flushed.
   d.before = metrics::read();
@@ -104,6 +131,8 @@ TEST_CASE("the snapshot counts each operation by kind with its bytes, and a remo
   CHECK(d.bytes(op_kind::write) == 0);
   CHECK(d.wc(cv::wc_errc::rem_access_err) == 1);
   CHECK(d.wc(cv::wc_errc::wr_flush_err) == 1);
+  CHECK(p.a.counters().operations[k(op_kind::write)].failed == 2);
+  CHECK(p.a.counters().operations[k(op_kind::write)].posted == 4);
 }
 
 TEST_CASE("registrations through a service appear in the snapshot, and stay after the service is gone", "[metrics]") {
@@ -130,3 +159,86 @@ TEST_CASE("registrations through a service appear in the snapshot, and stay afte
   }
   CHECK(metrics::read().registration.registered - before.registered == 1);
 }
+
+#if defined(COVERBS_HAS_RDMACM)
+namespace {
+
+using connection_result = completion<cv::connection>;  // .ec, .value: the connection
+
+/// The connections' ends counted since `before`: by peer, locally, on error.
+struct ends {
+  std::uint64_t peer, local, error;
+};
+ends ended_since(const metrics::snapshot& before) {
+  const auto now = metrics::read().connections;
+  return {now.disconnected_by_peer - before.connections.disconnected_by_peer,
+          now.disconnected_locally - before.connections.disconnected_locally,
+          now.disconnected_on_error - before.connections.disconnected_on_error};
+}
+
+}  // namespace
+
+TEST_CASE("each end of a connection is counted once, by its cause: peer, this side (disconnect or destruction), or a "
+          "failed queue pair",
+          "[metrics][cm]") {
+  counting_on on;
+  test::event_loop loop;
+  cv::listener l(loop.io.get_executor(), "10.77.0.1", 0);  // veth0, under rxe0
+  const auto connect = [&](connection_result& server, connection_result& client) {
+    l.async_accept(server.handler());
+    cv::async_connect(loop.io.get_executor(), "10.77.0.1", l.local_port(), {}, client.handler());
+    REQUIRE(loop.run_until([&] { return server.done() && client.done(); }));
+    REQUIRE_FALSE(*server.ec);
+    REQUIRE_FALSE(*client.ec);
+  };
+  const auto settled = [&](const metrics::snapshot& before, std::uint64_t total) {
+    return loop.run_until([&] {
+      const ends e = ended_since(before);
+      return e.peer + e.local + e.error >= total;
+    });
+  };
+  const auto expect_ends = [&](const metrics::snapshot& before, ends want) {
+    REQUIRE(settled(before, want.peer + want.local + want.error));
+    const ends e = ended_since(before);
+    CHECK(e.local == want.local);
+    CHECK(e.peer == want.peer);
+    CHECK(e.error == want.error);
+  };
+
+  SECTION("async_disconnect: this side's end is local, the other's by the peer") {
+    connection_result server, client;
+    connect(server, client);
+    const auto before = metrics::read();
+    std::optional<cv::error_code> done;
+    client.value.async_disconnect([&](cv::error_code ec) { done = ec; });
+    expect_ends(before, {.peer = 1, .local = 1, .error = 0});
+    CHECK(loop.run_until([&] { return done.has_value(); }));
+  }
+  SECTION("destroying an established connection ends it locally") {
+    connection_result server, client;
+    connect(server, client);
+    const auto before = metrics::read();
+    server.value = cv::connection();  // gone without async_disconnect: its cm_id sends the disconnect
+    expect_ends(before, {.peer = 1, .local = 1, .error = 0});
+  }
+  SECTION("a queue pair failed by a remote access error ends its connection on error, whoever disconnects") {
+    connection_result server, client;
+    connect(server, client);
+    test_buffer local(client.value.pd(), 4096), remote(server.value.pd(), 4096);
+    cv::remote_key bad = remote.key();
+    bad.rkey ^= 0x5a5a00;
+    completion<std::size_t> w;
+    client.value.qp().async_write(local.span(0, 64), bad, w.handler());
+    REQUIRE(loop.run_until([&] { return w.done(); }));
+    REQUIRE(*w.ec == cv::wc_errc::rem_access_err);
+    const auto before = metrics::read();
+    std::optional<cv::error_code> done;
+    client.value.async_disconnect([&](cv::error_code ec) { done = ec; });
+    REQUIRE(settled(before, 2));
+    const ends e = ended_since(before);
+    CHECK(e.error >= 1);  // the client's (the server's too if the device failed its queue pair and said so)
+    CHECK(e.local == 0);
+    CHECK(e.peer + e.error == 2);
+  }
+}
+#endif

@@ -8,6 +8,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <future>
 #include <thread>
 
 namespace cv = coverbs;
@@ -155,4 +160,91 @@ TEST_CASE("counts of a thread that has ended stay in the snapshot", "[metrics][t
     run_all(io);
   }).join();
   CHECK(row(metrics::read(), metrics::op_kind::write).completed - before == 3);
+}
+
+TEST_CASE("each queue pair counts its own operations, bytes, failures and credit waits", "[metrics]") {
+  counting_on on;
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 2, 4096);
+  for (int i = 0; i < 5; ++i)  // 2 send credits: 3 of the 5 writes wait for one
+    rig.a.async_write(rig.local_span(100), rig.remote_key(100), [](cv::error_code ec, std::size_t) { CHECK(!ec); });
+  rig.b.async_recv(rig.remote_span(512), [](cv::error_code ec, cv::received) { CHECK(!ec); });
+  rig.a.async_send(rig.local_span(300), [](cv::error_code ec, std::size_t) { CHECK(!ec); });
+  rig.b.async_read(rig.remote_span(8), rig.remote_key(4),  // refused before posting: counted as failed on b
+                   [](cv::error_code ec, std::size_t) { CHECK(ec == cv::errc::remote_range_too_small); });
+  run_all(io);
+  using metrics::op_kind;
+  const auto a = rig.a.counters(), b = rig.b.counters();
+  const auto& aw = a.operations[static_cast<std::size_t>(op_kind::write)];
+  CHECK(aw.posted == 5);
+  CHECK(aw.completed == 5);
+  CHECK(aw.failed == 0);
+  CHECK(aw.bytes == 500);
+  CHECK(a.operations[static_cast<std::size_t>(op_kind::send)].bytes == 300);
+  CHECK(a.send_credit_waits == 4);  // 3 writes and the send behind them
+  CHECK(a.operations[static_cast<std::size_t>(op_kind::recv)].posted == 0);
+  const auto& br = b.operations[static_cast<std::size_t>(op_kind::recv)];
+  CHECK(br.posted == 1);
+  CHECK(br.completed == 1);
+  CHECK(br.bytes == 300);
+  CHECK(b.operations[static_cast<std::size_t>(op_kind::write)].posted == 0);
+  const auto& bread = b.operations[static_cast<std::size_t>(op_kind::read)];
+  CHECK(bread.failed == 1);
+  CHECK(bread.posted == 0);
+  CHECK(b.send_credit_waits == 0);
+  // Off: nothing more is counted on the queue pair.
+  metrics::disable();
+  rig.a.async_write(rig.local_span(8), rig.remote_key(8), [](cv::error_code, std::size_t) {});
+  run_all(io);
+  CHECK(rig.a.counters().operations[static_cast<std::size_t>(op_kind::write)].completed == 5);
+}
+
+TEST_CASE("each live thread's counts are in the snapshot under its name and thread id", "[metrics][threads]") {
+  counting_on on;
+  std::promise<std::int64_t> counted;
+  std::promise<void> release;
+  std::thread t([&] {
+    pthread_setname_np(pthread_self(), "metrics-test-9");
+    asio::io_context io;
+    soft_verbs::soft_pair rig(io, 8, 64);
+    for (int i = 0; i < 7; ++i)
+      rig.a.async_write(rig.local_span(8), rig.remote_key(8), [](cv::error_code, std::size_t) {});
+    run_all(io);
+    counted.set_value(static_cast<std::int64_t>(gettid()));
+    release.get_future().wait();
+  });
+  const std::int64_t tid = counted.get_future().get();
+  const auto s = metrics::read();
+  const auto it = std::find_if(s.threads.begin(), s.threads.end(), [&](const auto& e) { return e.thread_id == tid; });
+  REQUIRE(it != s.threads.end());
+  CHECK(it->name == "metrics-test-9");
+  CHECK(it->data_path.operations[static_cast<std::size_t>(metrics::op_kind::write)].completed == 7);
+  CHECK(it->data_path.completions_per_poll.sum >= 7);
+  CHECK(std::is_sorted(s.threads.begin(), s.threads.end(),
+                       [](const auto& x, const auto& y) { return x.thread_id < y.thread_id; }));
+  const auto total = row(s, metrics::op_kind::write).completed;
+  release.set_value();
+  t.join();
+  // Ended: gone from the list, its counts kept in the totals.
+  const auto after = metrics::read();
+  CHECK(std::none_of(after.threads.begin(), after.threads.end(), [&](const auto& e) { return e.thread_id == tid; }));
+  CHECK(row(after, metrics::op_kind::write).completed >= total);
+}
+
+// Run only in a -Dmetrics=false build (test/meson.build), where the counting points are compiled out.
+TEST_CASE("built with -Dmetrics=false, enable() does nothing and nothing is counted", "[.compiled_out]") {
+  metrics::enable();
+  CHECK_FALSE(metrics::enabled());
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 8, 64);
+  for (int i = 0; i < 3; ++i)
+    rig.a.async_write(rig.local_span(8), rig.remote_key(8), [](cv::error_code, std::size_t) {});
+  run_all(io);
+  const auto s = metrics::read();
+  metrics::disable();
+  CHECK_FALSE(s.enabled);
+  CHECK(row(s, metrics::op_kind::write).completed == 0);
+  CHECK(s.data_path.completions_per_poll.count == 0);
+  CHECK(s.threads.empty());
+  CHECK(rig.a.counters().operations[static_cast<std::size_t>(metrics::op_kind::write)].completed == 0);
 }

@@ -6,6 +6,8 @@
 
 #include <boost/asio/post.hpp>
 
+#include <pthread.h>
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -150,6 +152,23 @@ TEST_CASE("a loop pool: each member answers on its own thread; a stuck one is na
   const std::string stopped = pool.describe_outstanding_work(std::chrono::milliseconds(100));
   CHECK(stopped.find("member 1:\n  did not answer within 100 ms") != std::string::npos);
   release.set_value();
+  pool.stop();
+  pool.join();
+}
+
+TEST_CASE("a loop pool's member threads are named coverbs-loop-N, as top -H and metrics::snapshot::threads show them",
+          "[outstanding_work][threads]") {
+  cv::loop_pool pool(cv::loop_pool_options{.loops = 2});
+  pool.run();
+  for (std::size_t i = 0; i < pool.size(); ++i) {
+    std::promise<std::string> named;
+    asio::post(pool[i].get_executor(), [&named] {
+      char name[16] = {};
+      pthread_getname_np(pthread_self(), name, sizeof name);
+      named.set_value(name);
+    });
+    CHECK(named.get_future().get() == "coverbs-loop-" + std::to_string(i));
+  }
   pool.stop();
   pool.join();
 }

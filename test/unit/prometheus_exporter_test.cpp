@@ -27,6 +27,7 @@
 #include <vector>
 
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -143,6 +144,14 @@ TEST_CASE("the exporter serves the counters at /metrics, fresh at every scrape",
   test::run_all(io);
   const std::string after = get_metrics(exporter.port());
   CHECK(sample(after, "coverbs_operations_completed_total{kind=\"write\"}") == writes + 7);
+  // This thread's row: labelled with its name and kernel thread id.
+  char name[16] = {};
+  pthread_getname_np(pthread_self(), name, sizeof name);
+  const std::string mine = std::string("coverbs_thread_operations_completed_total{thread=\"") + name + "\",tid=\"" +
+                           std::to_string(gettid()) + "\",kind=\"write\"}";
+  INFO(mine);
+  CHECK(sample(after, mine) - std::max(0.0, sample(before, mine)) == 7);
+  CHECK(after.find("coverbs_thread_polls_total{thread=\"") != std::string::npos);
   CHECK(sample(after, "coverbs_operation_bytes_total{kind=\"write\"}") >=
         sample(before, "coverbs_operation_bytes_total{kind=\"write\"}") + 7 * 16);
   // A histogram with its +Inf bucket, and the families typed.

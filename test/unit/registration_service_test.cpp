@@ -14,6 +14,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -627,4 +628,23 @@ TEST_CASE_METHOD(fixture, "the request is allocated with the handler's associate
   CHECK(allocations >= 1);
   CHECK_FALSE(*got.ec);
   fake->drop(got.region);
+}
+
+TEST_CASE_METHOD(fixture, "stats().held() never reads negative, even with a region registered and handed over mid-read",
+                 "[registration]") {
+  cv::registration_service service(io.get_executor(), options(1), fake);
+  outcome r;
+  // Between the two halves of the read, a whole registration: registered by the worker, handed to us.
+  static std::function<void()> during;
+  during = [&] {
+    cv::reg_mr(service, pd, bytes(0, 4096), cv::access::local_write, r.handler());
+    io.run();
+  };
+  cv::detail::registration_core::pause_in_stats = [] { during(); };
+  const cv::registration_stats s = service.stats();
+  cv::detail::registration_core::pause_in_stats = nullptr;
+  REQUIRE(r.region);
+  CHECK(s.held() >= 0);  // 1 or 0: the registration may or may not be in the read, never half of it
+  CHECK(service.stats().held() == 0);
+  fake->drop(r.region);
 }

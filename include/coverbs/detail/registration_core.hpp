@@ -146,6 +146,9 @@ public:
   /// Completes every request in flight with operation_aborted and joins the workers.
   void shutdown() noexcept;
   registration_stats stats() const noexcept;
+  /// Test seam: when set, stats() calls it between reading the regions gone and the regions come (so a test
+  /// can register and hand over a region in the middle of a read, deterministically). Null outside tests.
+  static inline void (*pause_in_stats)() = nullptr;
   const std::shared_ptr<accounting>& acct() const noexcept { return acct_; }
 
 private:
