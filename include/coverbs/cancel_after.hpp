@@ -11,13 +11,17 @@
 ///   if (ec == boost::asio::error::operation_aborted) { /* no reply within 100 ms */ }
 /// @endcode
 ///
-/// The deadline's timer runs on the operation's I/O executor (its object's: the queue pair's, the endpoint's, the
-/// socket's loop), so the cancellation is emitted where the operation runs, never on a foreign thread, whatever
-/// executor the handler is bound to; the handler completes on its own associated executor, as without a deadline.
-/// An operation whose initiation names no executor uses the handler's (a callback without one is then refused at
-/// compile time). A cancellation the handler's own slot receives (e.g. from `co_await (a || b)`) is passed on to
-/// the operation as before. When the operation completes first, the timer is stopped (on its own executor)
-/// before the handler runs: nothing of it keeps `run()` busy afterwards.
+/// The deadline's timer runs on the operation's I/O executor when the operation names one (a queue pair's, a
+/// completion queue's, a message endpoint's operations; Asio's I/O objects'), so the cancellation is emitted
+/// where the operation runs, whatever executor the handler is bound to; the handler completes on its own
+/// associated executor, as without a deadline. An operation that names none (coverbs' listener, connect,
+/// disconnect, window pool and registration operations) runs it on the handler's associated executor: keep
+/// that the operation's loop (a coroutine running there, or `bind_executor`); a callback with no executor of
+/// its own is then refused at compile time. Put `cancel_after` outermost (`cancel_after(d, as_tuple(...))`):
+/// an adapter around it (`as_tuple(cancel_after(...))`) hides the operation's executor from it. A
+/// cancellation the handler's own slot receives (e.g. from `co_await (a || b)`) is passed on to the operation
+/// as before. When the operation completes first, the timer is stopped (on its own executor) before the
+/// handler runs: nothing of it keeps `run()` busy afterwards.
 
 #include <coverbs/config.hpp>
 
@@ -181,12 +185,16 @@ struct async_result<coverbs::cancel_after_t<Token>, Signatures...> {
   // The return type spelled out: a token that does not fit the signatures (a callback of the wrong signature)
   // makes this fail in substitution, so completion_token_for stays false and coverbs' one static_assert names
   // the signature (coverbs/detail/token_check.hpp).
+  // A const cancel_after_t's token is a const Token (as Asio 1.86's cancel_after treats it).
+  template <class RawToken>
+  using inner_token = std::conditional_t<std::is_const_v<std::remove_reference_t<RawToken>>, const Token, Token>;
+
   template <class Initiation, class RawToken, class... Args>
   static auto initiate(Initiation&& initiation, RawToken&& token, Args&&... args)
-      -> decltype(async_initiate<Token, Signatures...>(
-          std::declval<coverbs::detail::deadline_initiation<std::decay_t<Initiation>>>(), std::declval<Token&>(),
+      -> decltype(async_initiate<inner_token<RawToken>, Signatures...>(
+          std::declval<coverbs::detail::deadline_initiation<std::decay_t<Initiation>>>(), token.token,
           std::forward<Args>(args)...)) {
-    return async_initiate<Token, Signatures...>(
+    return async_initiate<inner_token<RawToken>, Signatures...>(
         coverbs::detail::deadline_initiation<std::decay_t<Initiation>>(std::forward<Initiation>(initiation),
                                                                        token.timeout, token.type),
         token.token, std::forward<Args>(args)...);

@@ -13,7 +13,7 @@
 namespace coverbs {
 
 connection detail::cm_access::make_connection(std::shared_ptr<connection_impl> impl) noexcept {
-  if (impl) impl->handed_out_ = true;
+  if (impl) impl->note_handed_out();
   return connection(std::move(impl));
 }
 

@@ -144,8 +144,7 @@ void connection_impl::on_event(const cm_event& e) {
 void connection_impl::fail_or_drop(errc why) {
   if (op_) return fail(why, false);
   if (phase_ != phase::established && phase_ != phase::disconnecting) return;
-  if (why != errc::connection_reset) tally(metric::disconnected_on_error);
-  else count_end(phase_ == phase::disconnecting);
+  count_end(phase_ == phase::disconnecting, why != errc::connection_reset);
   // The queue pair is not attached to the cm_id, so rdma_cm leaves it alone: flush it ourselves.
   if (!error_) error_ = why;
   if (qp_) impl_of(*qp_)->to_error(error_);
@@ -157,10 +156,22 @@ void connection_impl::fail_or_drop(errc why) {
   }
 }
 
-void connection_impl::count_end(bool local) noexcept {
-  if (!metrics_on() || !handed_out_) return;
-  bool failed = false;
-  if (qp_) {
+namespace {
+
+// end_state_'s causes (bits 1-2), in the order of the metrics.
+constexpr std::uint8_t end_by_peer = 1, end_locally = 2, end_on_error = 3;
+
+void note_end(std::uint8_t cause) noexcept {
+  if (!metrics_on()) return;
+  note(cause == end_on_error ? metric::disconnected_on_error
+       : cause == end_locally ? metric::disconnected_locally
+                              : metric::disconnected_by_peer);
+}
+
+}  // namespace
+
+void connection_impl::count_end(bool local, bool failed) noexcept {
+  if (!failed && qp_) {
     const queue_pair_impl* q = impl_of(*qp_);
     // What moved the queue pair to the error state, when it is there: this side's and the peer's disconnect
     // (errc::disconnected, connection_reset) and a terminal cancellation (operation_aborted) are no failures;
@@ -169,7 +180,14 @@ void connection_impl::count_end(bool local) noexcept {
     failed = q->in_error() && e != errc::disconnected && e != errc::connection_reset &&
              e != asio::error::operation_aborted && e != wc_errc::wr_flush_err;
   }
-  note(failed ? metric::disconnected_on_error : local ? metric::disconnected_locally : metric::disconnected_by_peer);
+  const std::uint8_t cause = failed ? end_on_error : local ? end_locally : end_by_peer;
+  const std::uint8_t before = end_state_.fetch_or(static_cast<std::uint8_t>(cause << 1), std::memory_order_acq_rel);
+  if ((before >> 1) == 0 && (before & 1)) note_end(cause);  // handed out, and this is its first end
+}
+
+void connection_impl::note_handed_out() noexcept {
+  const std::uint8_t before = end_state_.fetch_or(1, std::memory_order_acq_rel);
+  if (!(before & 1) && (before >> 1) != 0) note_end(static_cast<std::uint8_t>(before >> 1));  // ended in the backlog
 }
 
 void connection_impl::setup_qp() {

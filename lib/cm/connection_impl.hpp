@@ -22,6 +22,7 @@
 
 #include <rdma/rdma_cma.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -72,9 +73,13 @@ public:
   std::chrono::milliseconds route_timeout_{2000};
   bool waiting_ = false, closed_ = false;
   bool passive_ = false;       // accepted by a listener
-  // Handed to the user by an accept or a connect (counted as accepted / connected): only such a connection's
-  // end is counted (count_end); one a listener drops before any accept took it was counted as reaped.
-  bool handed_out_ = false;
+  // For the metrics, whether the connection was handed to the user (bit 0: by an accept or a connect, counted
+  // as accepted / connected) and how it ended (bits 1-2: 0 not yet, else 1 + the cause, end_cause). Only a
+  // handed-out connection's end is counted, once, by whichever of the two comes second: a connection of a
+  // listener's backlog may end (on its own loop) before an accept hands it out (on the listener's).
+  std::atomic<std::uint8_t> end_state_{0};
+  /// Marks it handed out (make_connection), counting its end if it has ended already.
+  void note_handed_out() noexcept;
   bool loopback_dst_ = false;  // connecting to a loopback or wildcard address
   /// A listener's handshake on the accept's own completion queue (`options.cq`): the entries its queue pair
   /// reserved there, given back until the requester finished the handshake. Several handshakes may run on one
@@ -100,9 +105,10 @@ public:
   /// An error event: fails a pending connect/accept, else takes an established connection down.
   void fail_or_drop(errc why);
   /// An established connection ended (`local`: by this side, async_disconnect or destruction; else by the peer's
-  /// disconnect or a device event): counts its cause, once. An error when its queue pair had failed first (a
-  /// completion with an error status other than a flush, or a device event), whoever disconnected then.
-  void count_end(bool local) noexcept;
+  /// disconnect; `failed`: a device event): counts its cause, once, when it was handed out (end_state_). An
+  /// error when its queue pair had failed first (a completion with an error status other than a flush, or a
+  /// device event), whoever disconnected then.
+  void count_end(bool local, bool failed = false) noexcept;
   /// Protection domain, completion queue and queue pair on the cm_id's device; the queue pair in INIT, then
   /// `connection_options::prepare`.
   void setup_qp();

@@ -172,3 +172,17 @@ TEST_CASE("queue pairs destroyed with an operation and its deadline pending, the
   io.reset();   // destroyed with the deadline's pending timer, in either order
   CHECK_FALSE(ran);
 }
+
+TEST_CASE("a const cancel_after token is usable", "[cancel_after]") {
+  asio::io_context io;
+  std::optional<cv::error_code> result;
+  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+    asio::steady_timer op(io, 60s);
+    const auto token = cv::cancel_after(10ms, asio::as_tuple(asio::use_awaitable));
+    auto [ec] = co_await op.async_wait(token);
+    result = ec;
+  }, asio::detached);
+  io.run_for(30s);
+  REQUIRE(result);
+  CHECK(*result == asio::error::operation_aborted);
+}
