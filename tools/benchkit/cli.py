@@ -9,6 +9,7 @@
   aggregate NAME ARGS...    scenario NAME's aggregation of its rounds into its results file (see its module)
   field KEY                 the field KEY of the JSON object on stdin, printed as Python prints it
   buildtype INTRO_JSON      meson's buildtype from a build folder's meson-info/intro-buildoptions.json
+  option INTRO_JSON NAME    the value of the build option NAME there (empty when the folder has none)
   stamp FILE DATE KERNEL WHERE LOAD CORES MAX_LOAD CHECKED_LOAD BUILDTYPE
                             adds the run's date, kernel, place and buildtype (unless FILE has them) and the
                             host's load (LOAD: the first three fields of /proc/loadavg), core count and quiet
@@ -77,6 +78,9 @@ def main(argv):
         return 0
     if command == "buildtype" and len(args) == 1:
         print(next(o["value"] for o in json.load(open(args[0])) if o["name"] == "buildtype"))
+        return 0
+    if command == "option" and len(args) == 2:
+        print(next((o["value"] for o in json.load(open(args[0])) if o["name"] == args[1]), ""))
         return 0
     if command == "stamp" and len(args) == 9:
         stamp(args)
