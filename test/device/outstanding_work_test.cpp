@@ -61,7 +61,16 @@ TEST_CASE("the busy listing names every kind of coverbs object that holds work, 
     cv::async_resolve_datagram_peer(pd, udp, nobody, 7472, {},
                                     asio::bind_cancellation_slot(cancel_resolve.slot(),
                                                                  [&](cv::error_code, cv::datagram_peer) { ++completed; }));
-    loop.io.run_for(std::chrono::milliseconds(300));  // every wait started
+    // Every wait started: the connect and the resolve register once their first rdma_cm step is under way,
+    // which a loaded guest (ASan, another guest beside it) may take well over the 300 ms this once waited.
+    const char* kinds[] = {"completion_queue", "shared_receive_queue", "datagram_queue_pair", "device_events",
+                           "listener", "connection", "datagram_listener", "datagram_resolve"};
+    CHECK(loop.run_until(
+        [&] {
+          const auto now = cv::outstanding_work(loop.io);
+          return std::all_of(std::begin(kinds), std::end(kinds), [&](const char* k) { return find(now, k); });
+        },
+        std::chrono::seconds(10)));
 
     const auto work = cv::outstanding_work(loop.io);
     INFO(cv::describe(work));
