@@ -53,12 +53,18 @@ TEST_CASE("the busy listing names every kind of coverbs object that holds work, 
     l->async_accept(asio::bind_cancellation_slot(cancel_accept.slot(), [&](cv::error_code, cv::connection) {
       ++completed;
     }));
-    cv::async_connect(ex, nobody, 7471, {},
+    // Resolving an address nobody has fails after resolve_address_timeout: long enough here that both waits
+    // are still there when the listing is read, however slow the guest.
+    cv::connect_options slow_connect;
+    slow_connect.resolve_address_timeout = std::chrono::seconds(60);
+    cv::datagram_resolve_options slow_resolve;
+    slow_resolve.resolve_address_timeout = std::chrono::seconds(60);
+    cv::async_connect(ex, nobody, 7471, slow_connect,
                       asio::bind_cancellation_slot(cancel_connect.slot(), [&](cv::error_code, cv::connection) {
                         ++completed;
                       }));
     std::optional<cv::datagram_listener> dl(std::in_place, loop.io, udp, address, 0);
-    cv::async_resolve_datagram_peer(pd, udp, nobody, 7472, {},
+    cv::async_resolve_datagram_peer(pd, udp, nobody, 7472, slow_resolve,
                                     asio::bind_cancellation_slot(cancel_resolve.slot(),
                                                                  [&](cv::error_code, cv::datagram_peer) { ++completed; }));
     // Every wait started: the connect and the resolve register once their first rdma_cm step is under way,
