@@ -1,7 +1,5 @@
 #include <coverbs/detail/credit_ledger.hpp>
 
-#include <algorithm>
-
 namespace coverbs::detail {
 
 std::string credit_ledger::returned(std::uint32_t data, std::uint32_t control) {
@@ -25,25 +23,6 @@ std::string credit_ledger::arrived(bool control) {
            std::to_string(control ? control_slots : data_slots_) + " receives of that kind here)";
   --held;
   return {};
-}
-
-credit_ledger::report credit_ledger::take_report() noexcept {
-  report r;
-  const std::uint32_t d = std::min<std::uint32_t>(unreported_data_, 0xFFFF);
-  const std::uint32_t c = std::min<std::uint32_t>(unreported_control_, 0xFFFF);
-  unreported_data_ -= d;
-  unreported_control_ -= c;
-  peer_data_credits_ += d;
-  peer_control_credits_ += c;
-  r.data = static_cast<std::uint16_t>(d);
-  r.control = static_cast<std::uint16_t>(c);
-  return r;
-}
-
-bool credit_ledger::update_due(bool blocked) const noexcept {
-  if (unreported_data_ > 0 && (unreported_data_ >= std::max<std::uint32_t>(1, data_slots_ / 2) || peer_data_credits_ == 0))
-    return true;
-  return blocked && data_credits_ == 0 && unreported_control_ >= control_slots;
 }
 
 }  // namespace coverbs::detail

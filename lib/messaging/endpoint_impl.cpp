@@ -1,4 +1,5 @@
 #include "messaging/endpoint_impl.hpp"
+#include "messaging/header_codec.hpp"
 #include "messaging/node_cache.hpp"
 
 #include "core/metrics.hpp"
@@ -102,6 +103,8 @@ endpoint_impl::endpoint_impl(protection_domain& pd, queue_pair& qp, const messag
   send_mem_.reset(allocate_slots(options.send_slots * stride_));
   recv_mr_ = memory_region(pd, {recv_mem_.get(), recv_count_ * stride_}, access::local_write);
   send_mr_ = memory_region(pd, {send_mem_.get(), options.send_slots * stride_}, access::local_write);
+  recv_lkey_ = recv_mr_.lkey();
+  send_lkey_ = send_mr_.lkey();
   free_send_.reserve(options.send_slots);
   for (std::uint32_t s = options.send_slots; s-- > 0;)
     free_send_.push_back(s);
@@ -117,16 +120,12 @@ void endpoint_impl::start() {
   schedule_credit_check();  // the first credit message grants the peer recv_slots
 }
 
-void endpoint_impl::post_receive(std::uint32_t slot) noexcept {
-  qp_->async_recv(span_of(recv_mr_, slot * stride_, stride_),
-                  boost::asio::bind_allocator(node_cache_allocator<void>(), [self = shared_from_this(), slot](
+void endpoint_impl::post_receive(std::uint32_t slot, std::shared_ptr<endpoint_impl> self) noexcept {
+  qp_->async_recv(registered_span{{recv_slot(slot), stride_}, recv_lkey_},
+                  boost::asio::bind_allocator(node_cache_allocator<void>(), [self = std::move(self), slot](
                                                                                 error_code ec, received r) {
-                    self->on_receive(slot, ec, r.bytes);
+                    self->on_receive(self, slot, ec, r.bytes);
                   }));
-}
-
-inbound_message endpoint_impl::view(const parked& p) {
-  return inbound_message(shared_from_this(), p.slot, {recv_slot(p.slot) + message_header::size, p.length});
 }
 
 message_op* endpoint_impl::take_waiter(message_op_kind kind) noexcept {
@@ -144,7 +143,8 @@ error_code endpoint_impl::cause_of(error_code status) const noexcept {
   return cause;
 }
 
-void endpoint_impl::on_receive(std::uint32_t slot, error_code ec, std::size_t bytes) noexcept {
+void endpoint_impl::on_receive(const std::shared_ptr<endpoint_impl>& self, std::uint32_t slot, error_code ec,
+                               std::size_t bytes) noexcept {
   if (ec) {
     if (!healthy()) return;
     const error_code cause = cause_of(ec);
@@ -154,21 +154,25 @@ void endpoint_impl::on_receive(std::uint32_t slot, error_code ec, std::size_t by
   }
   if (!healthy()) return;  // closed or failed: the message is dropped and its slot not posted again
   message_header h;
-  std::string why = decode_header({recv_slot(slot), bytes}, options_.slot_size, h);
-  if (!why.empty()) return fail(make_error_code(errc::protocol_violation), "protocol violation: " + why);
+  if (!decode_header_inline(recv_slot(slot), bytes, options_.slot_size, h)) {
+    std::string why = decode_header({recv_slot(slot), bytes}, options_.slot_size, h);
+    if (why.empty()) why = "a malformed header";  // decode_header checks what decode_header_inline does
+    return fail(make_error_code(errc::protocol_violation), "protocol violation: " + why);
+  }
   if (peer_slot_size_ != 0 && h.slot_size != peer_slot_size_)
     return fail(make_error_code(errc::protocol_violation), "protocol violation: the peer's slot size changed from " +
                                                                std::to_string(peer_slot_size_) + " to " +
                                                                std::to_string(h.slot_size));
   peer_slot_size_ = h.slot_size;
   const bool control = h.type == message_type::credit;
-  why = ledger_.arrived(control);
-  if (!why.empty()) return fail(make_error_code(errc::credit_overrun), "credit overrun: " + why);
-  why = ledger_.returned(h.data_credits, h.control_credits);
-  if (!why.empty()) return fail(make_error_code(errc::protocol_violation), "protocol violation: " + why);
+  if (!ledger_.try_arrive(control))
+    return fail(make_error_code(errc::credit_overrun), "credit overrun: " + ledger_.arrived(control));
+  if (!ledger_.try_return(h.data_credits, h.control_credits))
+    return fail(make_error_code(errc::protocol_violation),
+                "protocol violation: " + ledger_.returned(h.data_credits, h.control_credits));
   if (control) {
     ++stats_.credit_updates_received;
-    post_receive(slot);
+    post_receive(slot, self);
     ledger_.reposted(true);
     tally(metric::receives_reposted);
     pump();
@@ -192,7 +196,7 @@ void endpoint_impl::on_receive(std::uint32_t slot, error_code ec, std::size_t by
     } else if (e && e->late > 0 && generation != 0 && e->generation - generation < 0x8000'0000u) {
       --e->late;  // a reply to a cancelled call (this generation of the entry or an earlier one)
       ++stats_.replies_dropped;
-      release(slot);
+      release(slot, self);
     } else {
       return fail(make_error_code(errc::protocol_violation), "protocol violation: a reply for correlation id " +
                                                                  std::to_string(h.correlation_id) +
@@ -207,7 +211,7 @@ void endpoint_impl::on_receive(std::uint32_t slot, error_code ec, std::size_t by
                   "protocol violation: " + std::to_string(max_unanswered) +
                       " requests received and not answered (a peer that keeps calling without replies, or a server "
                       "that drops requests without async_reply): answer or drop each request with async_reply");
-    if (!unanswered_.insert(h.correlation_id).second)
+    if (!unanswered_.insert(h.correlation_id))
       return fail(make_error_code(errc::protocol_violation),
                   "protocol violation: a second request with correlation id " + std::to_string(h.correlation_id) +
                       " while the first is not answered");
@@ -217,7 +221,9 @@ void endpoint_impl::on_receive(std::uint32_t slot, error_code ec, std::size_t by
   }
   pump();
   schedule_credit_check();
-  if (op) op->complete({}, view(p), p.id, ex_, true);
+  // A copy of `self`, not `self` moved: the receive's reference keeps this state (and `ex_`) alive until the
+  // handler returned, even when the message it got was the last other one.
+  if (op) op->complete({}, view(p, self), p.id, ex_, true);
 }
 
 void endpoint_impl::on_send(std::uint32_t slot, error_code ec) noexcept {
@@ -246,10 +252,10 @@ void endpoint_impl::post_message(std::uint32_t slot, message_type type, std::uin
   const credit_ledger::report r = ledger_.take_report();
   h.data_credits = r.data;
   h.control_credits = r.control;
-  encode_header(h, std::span<std::byte, message_header::size>(p, message_header::size));
+  encode_header_inline(h, p);
   if (h.length) op->copy_payload(p + message_header::size);
   in_flight_[slot] = op && op->kind == message_op_kind::send ? op : nullptr;
-  qp_->async_send(span_of(send_mr_, slot * stride_, message_header::size + h.length),
+  qp_->async_send(registered_span{{p, message_header::size + h.length}, send_lkey_},
                   boost::asio::bind_allocator(node_cache_allocator<void>(), [self = shared_from_this(), slot](
                                                                                 error_code ec, std::size_t) {
                     self->on_send(slot, ec);
@@ -338,7 +344,7 @@ void endpoint_impl::start_op(message_op* op) noexcept {
                        "a message of " + std::to_string(op->length) + " bytes does not fit the slot size " +
                            std::to_string(options_.slot_size) + " (message_options::slot_size)");
     // A second reply to one request would reach the peer as a reply no call awaits and fail its endpoint.
-    if (op->type == message_type::reply && unanswered_.erase(op->correlation_id) == 0)
+    if (op->type == message_type::reply && !unanswered_.erase(op->correlation_id))
       return refuse_op(op, make_error_code(boost::system::errc::invalid_argument),
                        "async_reply: the request with correlation id " + std::to_string(op->correlation_id) +
                            " was answered already (each request takes one reply), or this endpoint never received it");
@@ -407,9 +413,10 @@ void endpoint_impl::cancel(message_op* op) noexcept {
   op->complete(make_error_code(boost::asio::error::operation_aborted), {}, 0, ex_, false);
 }
 
-void endpoint_impl::release(std::uint32_t slot) noexcept {
+void endpoint_impl::release(std::uint32_t slot, std::shared_ptr<endpoint_impl> self) noexcept {
   if (!healthy()) return;
-  post_receive(slot);
+  // The posted receive holds `self` from here: this state lives on while the rest runs.
+  post_receive(slot, std::move(self));
   ledger_.reposted(false);
   tally(metric::receives_reposted);
   schedule_credit_check();
@@ -454,6 +461,7 @@ void endpoint_impl::close(bool deregister) noexcept {
   // an endpoint.
   recv_mr_ = memory_region();
   send_mr_ = memory_region();
+  recv_lkey_ = send_lkey_ = 0;
 }
 
 void endpoint_impl::on_context_shutdown() noexcept {
@@ -481,8 +489,14 @@ void release_slot(std::shared_ptr<endpoint_impl> impl, std::uint32_t slot) noexc
   // Called directly when this thread runs the endpoint's io_context (the common case: no type-erased dispatch,
   // no allocation), else dispatched there; the handler's reference keeps the state alive until it has run.
   const message_endpoint::executor_type& ex = impl->executor();
-  if (const auto* io = held_io_executor(ex); io && io->running_in_this_thread()) return impl->release(slot);
-  boost::asio::dispatch(ex, [impl = std::move(impl), slot] { impl->release(slot); });
+  if (const auto* io = held_io_executor(ex); io && io->running_in_this_thread()) {
+    endpoint_impl& e = *impl;
+    return e.release(slot, std::move(impl));
+  }
+  boost::asio::dispatch(ex, [impl = std::move(impl), slot]() mutable {
+    endpoint_impl& e = *impl;
+    e.release(slot, std::move(impl));
+  });
 }
 
 }  // namespace coverbs::detail

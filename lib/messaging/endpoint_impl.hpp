@@ -3,6 +3,7 @@
 // credits, waiting operations and calls — kept alive by the public object, the receives posted on the queue
 // pair, and the messages the application holds.
 #include "core/io_owner.hpp"
+#include "messaging/id_set.hpp"
 
 #include <coverbs/detail/credit_ledger.hpp>
 #include <coverbs/detail/message_ops.hpp>
@@ -12,7 +13,6 @@
 #include <cstdlib>
 #include <deque>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -51,7 +51,9 @@ public:
   void start_sending() noexcept;
   void cancel(message_op* op) noexcept;
   /// Posts a receive slot again (on the endpoint's executor; messages call release_slot, from any thread).
-  void release(std::uint32_t slot) noexcept;
+  void release(std::uint32_t slot) noexcept { release(slot, shared_from_this()); }
+  /// The same, `self` (a reference to this state, which the message held) moving into the posted receive.
+  void release(std::uint32_t slot, std::shared_ptr<endpoint_impl> self) noexcept;
   /// Fails the endpoint (or closes it: `operation_aborted`, then `errc::endpoint_closed` for later ones).
   void fail(error_code ec, std::string why) noexcept;
   /// `deregister`: also drop the slots' registrations (message_endpoint::close); else only fail (shutdown).
@@ -97,11 +99,18 @@ private:
 
   std::byte* recv_slot(std::uint32_t slot) const noexcept { return recv_mem_.get() + slot * stride_; }
   std::byte* send_slot(std::uint32_t slot) const noexcept { return send_mem_.get() + slot * stride_; }
-  inbound_message view(const parked& p);
+  inbound_message view(const parked& p) { return view(p, shared_from_this()); }
+  inbound_message view(const parked& p, std::shared_ptr<endpoint_impl> self) noexcept {
+    return inbound_message(std::move(self), p.slot, {recv_slot(p.slot) + message_header::size, p.length});
+  }
   bool healthy() const noexcept { return !error_ && !context_gone(); }
 
-  void post_receive(std::uint32_t slot) noexcept;
-  void on_receive(std::uint32_t slot, error_code ec, std::size_t bytes) noexcept;
+  void post_receive(std::uint32_t slot) noexcept { post_receive(slot, shared_from_this()); }
+  /// `self`: the reference the receive's handler holds (moved: a reposted slot reuses the one it came with).
+  void post_receive(std::uint32_t slot, std::shared_ptr<endpoint_impl> self) noexcept;
+  /// `self`: the completed receive's reference, which keeps this state alive while it runs.
+  void on_receive(const std::shared_ptr<endpoint_impl>& self, std::uint32_t slot, error_code ec,
+                  std::size_t bytes) noexcept;
   void on_send(std::uint32_t slot, error_code ec) noexcept;
   /// A failed work completion's error as the endpoint reports it: a flush (`wc_errc::wr_flush_err`) is only the
   /// consequence of what moved the queue pair to the error state, so it becomes the queue pair's `error()` when
@@ -129,6 +138,7 @@ private:
   std::uint32_t recv_count_;
   std::unique_ptr<std::byte, free_deleter> recv_mem_, send_mem_;
   memory_region recv_mr_, send_mr_;
+  std::uint32_t recv_lkey_ = 0, send_lkey_ = 0;  // the regions' (0 once deregistered: nothing is posted then)
   credit_ledger ledger_;
   bool holding_;  // constructed with hold_sends and start_sending() not called yet: nothing is posted
   std::vector<std::uint32_t> free_send_;
@@ -139,9 +149,9 @@ private:
   op_list request_waiters_, message_waiters_;
   std::deque<parked> requests_, messages_;
   // The correlation ids of the requests received and not answered yet: a reply must take one (one reply per
-  // request; a second would reach the peer as a reply no call awaits and fail its endpoint). Ordered (the ids
-  // are the peer's: a hash of them could be flooded) and bounded by max_unanswered.
-  std::set<std::uint64_t> unanswered_;
+  // request; a second would reach the peer as a reply no call awaits and fail its endpoint). The ids are the
+  // peer's: the set hashes them with a secret of its own (id_set.hpp), and max_unanswered bounds it.
+  id_set unanswered_;
   /// More requests than this received and not answered ends the endpoint (protocol_violation): the peer's ids are
   /// unique per call in flight, and no server defers this many answers on one connection; a bound keeps a peer
   /// (or a server that drops requests unanswered) from growing the set without end.

@@ -35,14 +35,17 @@ public:
   bool operator==(const node_cache_allocator<U>&) const noexcept { return true; }
 
 private:
-  // Trivially destructible, so a node freed after the thread's drainer ran (another thread-local object's
-  // destructor) still finds the list, closed, and goes back to the heap.
+  // Trivially destructible and constant-initialized, so reaching it costs one thread-local access and no guard
+  // (the drainer, which has a destructor, is made by the first push only); a node freed after the thread's drainer
+  // ran (another thread-local object's destructor) still finds the list, closed, and goes back to the heap.
   struct free_list {
     void* items[capacity];
     std::size_t size;
     bool closed;
+    bool armed;
     bool push(void* p) noexcept {
       if (closed || size == capacity) return false;
+      if (!armed) arm(this);
       items[size++] = p;
       return true;
     }
@@ -55,10 +58,13 @@ private:
       while (l->size) ::operator delete(l->items[--l->size], std::align_val_t{alignof(T)});
     }
   };
-  static free_list& list() noexcept {
-    static thread_local free_list l{};
-    static thread_local drainer d{&l};  // empties the list when the thread ends
+  [[gnu::noinline]] static void arm(free_list* l) noexcept {
+    l->armed = true;
+    static thread_local drainer d{l};  // empties the list when the thread ends
     (void)d;
+  }
+  static free_list& list() noexcept {
+    static thread_local constinit free_list l{};
     return l;
   }
 };
