@@ -139,18 +139,18 @@ void cq_impl::arm_and_wait(owner self) {
   if (closed_ || !channel_fd_) return;
   arm();
   // A completion that arrived before the arming raises no event: poll again now.
-  if (!drain_and_continue() || !channel_fd_) return;
+  if (!drain_and_continue(self) || !channel_fd_) return;
   channel_fd_->async_wait(boost::asio::posix::stream_descriptor::wait_read,
                           step_handler<&cq_impl::on_readable>(std::move(self)));
 }
 
-bool cq_impl::drain_and_continue() {
+bool cq_impl::drain_and_continue(owner& self) {
   drain_turn();
   if (closed_) return rethrow_pending(), false;
   if (outstanding_ == 0) waiting_ = false;
   if (!waiting_) return rethrow_pending(), false;
   if (turn_full_) {
-    yield_turn();
+    yield_turn(std::move(self));
     return rethrow_pending(), false;
   }
   return true;  // no exception pending: it would have ended the turn as full
@@ -162,14 +162,14 @@ void cq_impl::rethrow_pending() {
   std::rethrow_exception(e);
 }
 
-void cq_impl::yield_turn() {
+void cq_impl::yield_turn(owner self) {
   ++stats_.yields;
   if (metrics_on()) [[unlikely]]
     note(metric::capped_turns);
   if (options_.spin.count() > 0)
-    defer_step(step_handler<&cq_impl::spin_step>(shared_from_this()));
+    defer_step(step_handler<&cq_impl::spin_step>(std::move(self)));
   else
-    defer_step(step_handler<&cq_impl::continue_turn>(shared_from_this()));
+    defer_step(step_handler<&cq_impl::continue_turn>(std::move(self)));
 }
 
 void cq_impl::continue_turn(owner self) {
@@ -214,7 +214,7 @@ void cq_impl::on_readable(owner self, error_code ec) {
   if (!any) ++stats_.spurious_wakeups;
   ack_events(false);
   if (options_.spin.count() > 0) spin_deadline_ = std::chrono::steady_clock::now() + options_.spin;
-  if (!drain_and_continue()) return;
+  if (!drain_and_continue(self)) return;
   if (options_.spin.count() > 0)
     defer_step(step_handler<&cq_impl::spin_step>(std::move(self)));
   else
@@ -320,10 +320,10 @@ void cq_impl::handle(const ibv_wc& wc, completion_mode mode) {
   --outstanding_;
   ++stats_.completions;
   auto* node = reinterpret_cast<wr_node*>(static_cast<std::uintptr_t>(wc.wr_id));
-  if (node->srq)
+  if (node->srq) [[unlikely]]
     srq_on_completion(node->srq, node, wc, mode);
   else
-    qp_on_completion(node->qp, node, wc, mode);
+    node->qp->on_completion(node, wc, mode);
 }
 
 std::size_t cq_impl::drain(completion_mode mode, std::size_t limit) {

@@ -111,10 +111,12 @@ private:
   /// The rest of a turn that stopped at its bound, as a handler of its own (event-driven mode).
   void continue_turn(owner self);
   /// Posts `continue_turn` (event-driven) or `spin_step` (adaptive, spinning) to the executor.
-  void yield_turn();
+  /// `self`: the reference the running step holds, handed on to the posted one.
+  void yield_turn(owner self);
   /// Drains one turn; false when the queue closed or nothing is outstanding any more (then it stops
   /// waiting), or when the turn stopped at its bound and the rest was posted (`yield_turn`).
-  bool drain_and_continue();
+  /// `self` is handed to the posted rest when the turn yields (then moved from).
+  bool drain_and_continue(owner& self);
   /// The next completion: in the batch, else polled into it; null when the queue is empty or closed. Valid until
   /// the next pop() (a handler may poll in place: whatever reads it does so before running handlers).
   const ibv_wc* pop();

@@ -83,21 +83,6 @@ void explain_inline_refusal(ibv_pd* pd, ibv_qp_init_attr init) {
 
 }  // namespace
 
-namespace {
-
-/// Completes `n` (its last completion arrived, or it was retired by a later one) with `ec`, reported
-/// operation_aborted when a terminal cancellation moved the queue pair to the error state for it.
-/// Always inlined: a call of its own costs every operation more than the metrics' test it holds.
-[[gnu::always_inline]] inline void finish(wr_node* n, error_code ec, const ibv_wc* wc, completion_mode mode) {
-  if (ec && n->cancelled) ec = boost::asio::error::operation_aborted;
-  if (n->on_complete) n->on_complete(n, ec);
-  if (metrics_on()) [[unlikely]]
-    note_finished(n, ec, wc, true, n->qp ? &n->qp->counts_ : nullptr);
-  n->state = node_state::done;
-  n->complete(n, ec, wc, mode);
-}
-
-}  // namespace
 
 // --- queue_pair_impl ---
 
@@ -231,7 +216,7 @@ queue_pair_impl::~queue_pair_impl() {
   // Destroyed by a retired operation's handler: the others are complete; their handlers are posted.
   if (destroyed_) *destroyed_ = true;
   while (wr_node* a = retired_.pop())
-    finish(a, a->first_error, nullptr, completion_mode::post);
+    finish_node(a, a->first_error, nullptr, completion_mode::post);
   // First: from here on no device event touches this queue pair from another thread.
   unregister_qp(registration_);
   if (sq_.outstanding || rq_.outstanding) {
@@ -342,7 +327,7 @@ void queue_pair_impl::fail_flushed(work_queue& q) {
     fail(n, make_error_code(wc_errc::wr_flush_err));
 }
 
-void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, completion_mode mode) {
+void queue_pair_impl::on_completion_slow(wr_node* n, const ibv_wc& wc, completion_mode mode) {
   work_queue& q = queue_of(n);
   // Requests posted before a send completion's, unsignaled, have completed: retired first, in order.
   if (!n->is_recv && sent_.head != n) retire_before(n, retired_);
@@ -388,9 +373,9 @@ void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, completion_mod
   if (q.outstanding == 0 && !q.flushed.empty()) [[unlikely]]
     fail_flushed(q);
   // Handlers run last: one of them may destroy this queue pair.
-  if (alone) return finish(n, n->first_error, nullptr, mode);  // as run_retired() would, with nothing after it
+  if (alone) return finish_node(n, n->first_error, nullptr, mode);  // as run_retired() would, with nothing after it
   if (!n->is_recv) return run_retired(mode);
-  if (last) finish(n, n->first_error, &wc, mode);
+  if (last) finish_node(n, n->first_error, &wc, mode);
 }
 
 void queue_pair_impl::run_retired(completion_mode mode) {
@@ -402,7 +387,7 @@ void queue_pair_impl::run_retired(completion_mode mode) {
   bool* const outer = std::exchange(destroyed_, &destroyed);
   try {
     while (wr_node* a = retired_.pop()) {
-      finish(a, a->first_error, nullptr, mode);  // a send's result needs no work completion (ops/results.hpp)
+      finish_node(a, a->first_error, nullptr, mode);  // a send's result needs no work completion (ops/results.hpp)
       if (destroyed) {
         if (outer) *outer = true;
         return;
@@ -415,7 +400,7 @@ void queue_pair_impl::run_retired(completion_mode mode) {
     }
     destroyed_ = outer;
     while (wr_node* a = retired_.pop())
-      finish(a, a->first_error, nullptr, completion_mode::post);
+      finish_node(a, a->first_error, nullptr, completion_mode::post);
     throw;
   }
   destroyed_ = outer;

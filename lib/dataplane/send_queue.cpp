@@ -70,6 +70,27 @@ void queue_pair_impl::post_send_now(wr_node* n) {
 
 void queue_pair_impl::post_batch() noexcept {
   if (batch_.empty()) return;
+  if (batch_.head == batch_.tail) [[likely]] {  // one request (a lone operation per turn): no list to link
+    wr_node* n = batch_.head;
+    n->pending = 1;
+    n->state = node_state::posted;
+    n->wr.send.next = nullptr;
+    n->wr.send.send_flags |= IBV_SEND_SIGNALED;
+    ibv_send_wr* bad = nullptr;
+    const int rc = ibv_post_send(qp_, &n->wr.send, &bad);
+    ++send_cq_->stats_.send_doorbells;
+    if (rc == 0) [[likely]] {
+      batch_ = node_fifo{};
+      ++send_cq_->stats_.send_requests;
+      ++sq_.outstanding;
+      send_cq_->work_started(1);
+      sent_.push(n);
+      return;
+    }
+    batch_ = node_fifo{};
+    ++sq_.credits;
+    return fail(n, verbs_status_result(rc));
+  }
   // Link the list: every request unsignaled but the last.
   for (wr_node* p = batch_.head; p; p = p->next) {
     ibv_send_wr& wr = p->wr.send;
