@@ -4,6 +4,7 @@
 #include <bit>
 #include <chrono>
 #include <random>
+#include <utility>
 
 namespace coverbs::detail {
 
@@ -41,8 +42,8 @@ id_set::id_set() {
 void id_set::grow() {
   const std::size_t old_capacity = capacity();
   const std::size_t capacity = old_capacity ? 2 * old_capacity : 16;
-  std::unique_ptr<std::uint64_t[]> old = std::move(table_);
-  table_ = std::make_unique<std::uint64_t[]>(capacity);  // zeroed: every place empty
+  // Allocated before anything changes: a bad_alloc leaves the set as it was.
+  std::unique_ptr<std::uint64_t[]> old = std::exchange(table_, std::make_unique<std::uint64_t[]>(capacity));  // zeroed
   mask_ = capacity - 1;
   shift_ = 64 - static_cast<unsigned>(std::countr_zero(capacity));
   for (std::size_t i = 0; i < old_capacity; ++i) {

@@ -5,8 +5,10 @@
 //
 // The ids are the peer's, so a hostile peer chooses them: the hash is keyed by a random secret drawn per set
 // (three random words: an xor, two odd multipliers, with xor-shifts between them), which the peer never sees,
-// so it cannot pick ids that collide; and the endpoint bounds the set's size (max_unanswered), so the table
-// stays at most twice that. Id 0 is no call's (the endpoint refuses it before inserting) and marks an empty
+// so it cannot pick ids that collide; and the endpoint bounds what a peer adds (max_unanswered; a reply the
+// application started and that was cancelled or not sent goes back in past it), so the set holds at most
+// max_unanswered plus the replies in flight, and the table twice that, rounded up to a power of two; it never
+// shrinks while the endpoint lives. Id 0 is no call's (the endpoint refuses it before inserting) and marks an empty
 // place.
 #include <cstddef>
 #include <cstdint>

@@ -25,6 +25,18 @@ struct node_block_cache {
 /// Registers the thread-exit release of `node_blocks` (the first block a thread caches). Out of line, cold.
 void node_blocks_register() noexcept;
 
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool node_allocator_sanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool node_allocator_sanitized = true;
+#else
+inline constexpr bool node_allocator_sanitized = false;
+#endif
+#else
+inline constexpr bool node_allocator_sanitized = false;
+#endif
+
 /// The allocator of operation nodes whose handler names none: as Asio's recycling allocator (a freed node's
 /// memory serves the next operation on the same thread, the steady state allocates nothing), with a cache of
 /// its own that costs a few instructions a node (Asio's looks up its thread's call stack and scans its slots).
@@ -43,41 +55,58 @@ public:
   bool operator==(const node_allocator<U>&) const noexcept { return true; }
 
   T* allocate(std::size_t n) {
-    static_assert(alignof(T) <= header, "node_allocator: over-aligned node");
     const std::size_t size = n * sizeof(T);
-    node_block_cache& c = node_blocks;
-    for (int i = 0; i < 2; ++i) {
-      if (c.block[i] && c.capacity[i] >= size) {
-        void* b = std::exchange(c.block[i], nullptr);
-        return static_cast<T*>(b);
-      }
-    }
-    auto* raw = static_cast<unsigned char*>(::operator new(size + header));
-    *reinterpret_cast<std::size_t*>(raw) = size;
-    return reinterpret_cast<T*>(raw + header);
-  }
-  void deallocate(T* p, std::size_t) noexcept {
-    unsigned char* raw = reinterpret_cast<unsigned char*>(p) - header;
-    node_block_cache& c = node_blocks;
-    if (c.state == 1) [[likely]] {
+    if constexpr (!cached()) {
+      if constexpr (alignof(T) > header)
+        return static_cast<T*>(::operator new(size, std::align_val_t{alignof(T)}));
+      else
+        return static_cast<T*>(::operator new(size));
+    } else {
+      node_block_cache& c = node_blocks;
       for (int i = 0; i < 2; ++i) {
-        if (!c.block[i]) {
-          c.block[i] = p;
-          c.capacity[i] = *reinterpret_cast<std::size_t*>(raw);
-          return;
+        if (c.block[i] && c.capacity[i] >= size) {
+          void* b = std::exchange(c.block[i], nullptr);
+          return static_cast<T*>(b);
         }
       }
-    } else if (c.state == 0) {
-      node_blocks_register();
-      c.block[0] = p;
-      c.capacity[0] = *reinterpret_cast<std::size_t*>(raw);
-      return;
+      auto* raw = static_cast<unsigned char*>(::operator new(size + header));
+      *reinterpret_cast<std::size_t*>(raw) = size;
+      return reinterpret_cast<T*>(raw + header);
     }
-    ::operator delete(raw);
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    if constexpr (!cached()) {
+      if constexpr (alignof(T) > header)
+        ::operator delete(p, n * sizeof(T), std::align_val_t{alignof(T)});
+      else
+        ::operator delete(p, n * sizeof(T));
+    } else {
+      unsigned char* raw = reinterpret_cast<unsigned char*>(p) - header;
+      node_block_cache& c = node_blocks;
+      if (c.state == 1) [[likely]] {
+        for (int i = 0; i < 2; ++i) {
+          if (!c.block[i]) {
+            c.block[i] = p;
+            c.capacity[i] = *reinterpret_cast<std::size_t*>(raw);
+            return;
+          }
+        }
+      } else if (c.state == 0) {
+        node_blocks_register();
+        c.block[0] = p;
+        c.capacity[0] = *reinterpret_cast<std::size_t*>(raw);
+        return;
+      }
+      ::operator delete(raw);
+    }
   }
 
 private:
   static constexpr std::size_t header = node_block_header;
+  /// Nodes aligned beyond the block header (a handler holding an over-aligned object) come from the aligned
+  /// `operator new`; under AddressSanitizer every node does, so that a use of a freed node is reported instead
+  /// of landing in the next operation's node.
+  static constexpr bool cached() noexcept { return alignof(T) <= header && !node_allocator_sanitized; }
 };
 
 /// An operation of kind `Op` (a type of ops/: `Op::completion::result` makes the completion arguments) owning its handler, allocated with the handler's associated allocator. Outstanding work:
@@ -146,7 +175,7 @@ private:
     auto slot = boost::asio::get_associated_cancellation_slot(self->handler_);
     if (slot.is_connected()) slot.clear();
     // Take what the handler needs, free the node, then run the handler: its memory can be reused by
-    // the next operation the handler starts (the recycling allocator makes the steady state allocation-free).
+    // the next operation the handler starts (node_allocator's per-thread blocks make the steady state allocation-free).
     allocator_type alloc = self->allocator();
     auto args = Op::completion::result(ec, *self, wc);
     Handler handler(std::move(self->handler_));
