@@ -522,8 +522,10 @@ TEST_CASE("a handler holding an over-aligned object gets an aligned node; writes
 }
 
 TEST_CASE("node_allocator: a node freed on another thread is that thread's to reuse, by size", "[soft][alloc]") {
-  using block = std::array<unsigned char, 96>;
-  using big = std::array<unsigned char, 400>;
+  // Larger than any operation node, so that no block this thread's earlier operations cached (which may be
+  // larger than the size asked) serves them: each allocation here is a fresh block of its own size.
+  using block = std::array<unsigned char, 4096>;
+  using big = std::array<unsigned char, 16384>;
   cv::detail::node_allocator<block> small_alloc;
   cv::detail::node_allocator<big> big_alloc;
   block* p = small_alloc.allocate(1);
