@@ -74,12 +74,12 @@ public:
       return reinterpret_cast<T*>(raw + header);
     }
   }
-  void deallocate(T* p, std::size_t n) noexcept {
+  void deallocate(T* p, std::size_t) noexcept {
     if constexpr (!cached()) {
       if constexpr (alignof(T) > header)
-        ::operator delete(p, n * sizeof(T), std::align_val_t{alignof(T)});
+        ::operator delete(p, std::align_val_t{alignof(T)});
       else
-        ::operator delete(p, n * sizeof(T));
+        ::operator delete(p);
     } else {
       unsigned char* raw = reinterpret_cast<unsigned char*>(p) - header;
       node_block_cache& c = node_blocks;
