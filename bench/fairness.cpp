@@ -3,7 +3,7 @@
 // lateness is measured while the queue is idle and while a stream of RDMA operations keeps it busy.
 //
 //   bench_fairness [--device NAME] [--duration-ms N] [--size BYTES] [--streams N]
-//                  [--max-completions-per-turn N] [--json]
+//                  [--max-completions-per-turn N] [--turn-quota-us US] [--json]
 //
 // The timer is re-armed from its own handler for 1 ms after each wake-up, and lateness = wake-up time −
 // deadline (std::chrono::steady_clock): how long an expired timer waits before the loop runs it, i.e.
@@ -11,7 +11,8 @@
 // measure something else once the loop's turn is longer than the period: the backlog of deadlines grows
 // by the period every turn, whatever the dispatch does; under emulation one completion's handler costs
 // ~200 us, so 32 of them are a 6 ms turn.) The queue's max_completions_per_turn is
-// --max-completions-per-turn (default: the library's). Three modes, each --duration-ms long:
+// --max-completions-per-turn and its turn_quota --turn-quota-us (default: the library's; 0: no time
+// bound). Three modes, each --duration-ms long:
 //   idle   the timer alone (the loop's own jitter)
 //   read   --streams coroutines `for (;;) co_await qp.async_read(...)` of --size bytes
 //   write  --streams chains of completion handlers, each posting the next RDMA write of --size bytes from
@@ -56,11 +57,13 @@ struct config {
   std::size_t size = 8;
   int streams = 1;
   unsigned max_completions_per_turn = cv::completion_queue_options{}.max_completions_per_turn;
+  long turn_quota_us = cv::completion_queue_options{}.turn_quota.count();
   bool json = false;
 };
 
 constexpr const char* usage_text =
-    "[--device NAME] [--duration-ms N] [--size BYTES] [--streams N] [--max-completions-per-turn N] [--json]";
+    "[--device NAME] [--duration-ms N] [--size BYTES] [--streams N] [--max-completions-per-turn N] "
+    "[--turn-quota-us US] [--json]";
 
 config parse(int argc, char** argv) {
   config c;
@@ -74,6 +77,7 @@ config parse(int argc, char** argv) {
   app.add_option("--streams", c.streams)->transform(command_line::count(1, 64));
   app.add_option("--max-completions-per-turn", c.max_completions_per_turn)
       ->transform(command_line::count(1, 1'000'000));
+  app.add_option("--turn-quota-us", c.turn_quota_us)->check(CLI::Range(0L, 1'000'000L));
   app.add_flag("--json", c.json);
   bench::parse(app, argc, argv);
   return c;
@@ -119,14 +123,15 @@ struct pair {
   cv::memory_region mr;
 
   pair(asio::io_context& io, const config& c)
-      : dev(cv::device::open(c.device)), pd(dev), cq(io, dev, cq_options(c)), a(pd, cq, qp_options(c)), b(pd, cq, qp_options(c)),
-        bytes(2 * c.size * static_cast<std::size_t>(c.streams)),
+      : dev(cv::device::open(c.device)), pd(dev), cq(io, dev, cq_options(c)), a(pd, cq, qp_options(c)),
+        b(pd, cq, qp_options(c)), bytes(2 * c.size * static_cast<std::size_t>(c.streams)),
         mr(pd, bytes, cv::access::local_write | cv::access::remote_write | cv::access::remote_read) {
     cv::connect_pair(a, b);
   }
   static cv::completion_queue_options cq_options(const config& c) {
     cv::completion_queue_options o;
     o.max_completions_per_turn = c.max_completions_per_turn;
+    o.turn_quota = std::chrono::microseconds(c.turn_quota_us);
     return o;
   }
   static cv::queue_pair_options qp_options(const config& c) {
@@ -224,6 +229,7 @@ int main(int argc, char** argv) {
       const auto r3 = [](double x) { return json_output::rounded(x, 3); };
       json_output::json::object o{{"device", p.dev.name()},
                                   {"max_completions_per_turn", c.max_completions_per_turn},
+                                  {"turn_quota_us", c.turn_quota_us},
                                   {"duration_ms", c.duration_ms},
                                   {"size", c.size},
                                   {"streams", c.streams}};
@@ -239,8 +245,8 @@ int main(int argc, char** argv) {
       o["timer_lateness_p99_ms_busy"] = r3(busy);
       json_output::print(o);
     } else {
-      std::printf("device %s, 1 ms timer for %d ms per mode, %zu-byte operations, %d stream(s)\n",
-                  p.dev.name().c_str(), c.duration_ms, c.size, c.streams);
+      std::printf("device %s, 1 ms timer for %d ms per mode, %zu-byte operations, %d stream(s)\n", p.dev.name().c_str(),
+                  c.duration_ms, c.size, c.streams);
       std::printf("  mode    lateness p50 ms    p99 ms     max ms   wake-ups in period   operations\n");
       for (int m = 0; m < 3; ++m)
         std::printf("  %-6s %14.3f %9.3f %10.3f %20d %12llu\n", modes[m], p50[m], p99[m], max[m], r[m].in_period,

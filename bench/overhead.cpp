@@ -4,8 +4,8 @@
 // test/fixtures/soft_verbs.hpp, which completes every work request at once inside ibv_post_send; the floor
 // is a raw-verbs loop (ibv_post_send, then ibv_poll_cq until the completion) over the same device.
 //
-//   bench_overhead [--size BYTES] [--ops N] [--batches N] [--mode events|spin]
-//                  [--op write|sendrecv|datagram|call|bind|rebind] [--way WAY] [--json]
+//   bench_overhead [--size BYTES] [--ops N] [--batches N] [--mode events|spin] [--max-completions-per-turn N]
+//                  [--turn-quota-us US] [--op write|sendrecv|datagram|call|bind|rebind] [--way WAY] [--json]
 //
 // --op runs one op's ways alone (every op by default), --way one way alone (every way of the op by default;
 // a way the op lacks is refused with exit status 2), e.g. to count its instructions with callgrind: a way
@@ -14,7 +14,9 @@
 // Each way of running an operation runs --batches batches of --ops operations (after one batch of
 // warm-up); ns/op of a batch = its wall time / --ops. Figures per way (median and 99th percentile over
 // the batches): {op}_{way}_ns_median, {op}_{way}_ns_p99, and {op}_{way}_over_raw_ns = its median minus
-// the raw loop's median. op: write (an RDMA write of --size bytes), sendrecv (a receive posted, then a
+// the raw loop's median; {op}_{way}_completions_per_yield: the completion queue's completions over its
+// dispatch turns that yielded (max_completions_per_turn, or fewer when turn_quota ran out: natively, with
+// the defaults, 16). op: write (an RDMA write of --size bytes), sendrecv (a receive posted, then a
 // send of --size bytes consuming it: two work requests and two completions), datagram (the same on two UD
 // queue pairs: coverbs' datagram path, bench/overhead_datagram.hpp), bind (bind_mw of an unbound
 // type-2 window over 4 KiB, then invalidate of its key: a BIND_MW and a LOCAL_INV posted one after the
@@ -43,11 +45,11 @@
 // (target_* in the JSON).
 #include <coverbs/coverbs.hpp>
 
+#include "cli.hpp"
 #include "fixtures/soft_pair.hpp"
 #include "overhead_call.hpp"
 #include "overhead_datagram.hpp"
 #include <coverbs_support/json_output.hpp>
-#include "cli.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -78,13 +80,16 @@ struct config {
   int ops = 1000;
   int batches = 300;
   std::string mode = "events";
+  unsigned max_completions_per_turn = cv::completion_queue_options{}.max_completions_per_turn;
+  long turn_quota_us = cv::completion_queue_options{}.turn_quota.count();
   std::string op;   // empty: every op
   std::string way;  // empty: every way of each op
   bool json = false;
 };
 
 constexpr const char* usage_text = "[--size BYTES] [--ops N] [--batches N] [--mode events|spin] "
-                                   "[--op write|sendrecv|datagram|call|bind|rebind] [--way WAY] [--json]";
+                                   "[--max-completions-per-turn N] [--turn-quota-us US] [--op "
+                                   "write|sendrecv|datagram|call|bind|rebind] [--way WAY] [--json]";
 
 /// The ways each op runs, in the order they run (see the header).
 struct op_ways {
@@ -109,7 +114,10 @@ config parse(int argc, char** argv) {
   app.add_option("--ops", c.ops)->transform(command_line::count(16, 1'000'000));
   app.add_option("--batches", c.batches)->transform(command_line::count(10, 100'000));
   app.add_option("--mode", c.mode)->check(command_line::one_of({"events", "spin"}));
-  app.add_option("--op", c.op)->check(command_line::one_of({"write", "sendrecv", "datagram", "call", "bind", "rebind"}));
+  app.add_option("--max-completions-per-turn", c.max_completions_per_turn)->transform(command_line::count(1, 4096));
+  app.add_option("--turn-quota-us", c.turn_quota_us)->check(CLI::Range(0L, 1'000'000L));
+  app.add_option("--op", c.op)
+      ->check(command_line::one_of({"write", "sendrecv", "datagram", "call", "bind", "rebind"}));
   app.add_option("--way", c.way)
       ->check(
           command_line::one_of({"raw", "callback", "use_awaitable", "deferred", "as_tuple", "raw_batch16", "batch16"}));
@@ -501,6 +509,7 @@ struct window_setup {
 struct result {
   std::string op, way;
   figures f;
+  double completions_per_yield = 0;  // of the queue's dispatch turns over the way's run; 0: it never yielded
 };
 
 }  // namespace
@@ -511,13 +520,21 @@ int main(int argc, char** argv) {
     asio::io_context io;
     cv::completion_queue_options cq_options;
     if (c.mode == "spin") cq_options.spin = cv::completion_queue_options::spin_forever;
+    cq_options.max_completions_per_turn = c.max_completions_per_turn;
+    cq_options.turn_quota = std::chrono::microseconds(c.turn_quota_us);
     soft_verbs::soft_pair rig(io, 64, c.size, cq_options);
     raw_verbs raw(rig.soft.context(), rig, c.size);
     const std::size_t size = c.size;
     std::vector<result> results;
     const auto add = [&](const char* op, const char* way, const std::function<void(int)>& batch) {
-      if ((c.op.empty() || c.op == op) && (c.way.empty() || c.way == way))
-        results.push_back({op, way, measure(c, batch)});
+      if ((c.op.empty() || c.op == op) && (c.way.empty() || c.way == way)) {
+        const cv::completion_queue_stats before = rig.cq.stats();
+        const figures f = measure(c, batch);
+        const cv::completion_queue_stats after = rig.cq.stats();
+        const auto yields = after.yields - before.yields;
+        results.push_back(
+            {op, way, f, yields ? static_cast<double>(after.completions - before.completions) / yields : 0.0});
+      }
     };
 
     add("write", "raw", [&](int ops) { raw.write(ops); });
@@ -566,9 +583,8 @@ int main(int argc, char** argv) {
         bench_overhead::datagram_chain{&dg, size, &to_start, &pending}.start();
         run(io);
       });
-      add("datagram", "use_awaitable", [&](int ops) {
-        bench_overhead::await_datagrams(io, dg, size, ops, asio::use_awaitable);
-      });
+      add("datagram", "use_awaitable",
+          [&](int ops) { bench_overhead::await_datagrams(io, dg, size, ops, asio::use_awaitable); });
       add("datagram", "deferred", [&](int ops) { bench_overhead::await_datagrams(io, dg, size, ops, asio::deferred); });
     }
     // Calls: the slot holds --size bytes (at least 64). On a pair of their own: the endpoints keep receives posted
@@ -619,13 +635,20 @@ int main(int argc, char** argv) {
     };
     const auto r1 = [](double x) { return json_output::rounded(x, 1); };
     if (c.json) {
-      json_output::json::object o{{"where", "host"}, {"device", "software"},   {"mode", c.mode},
-                                  {"size", size},    {"ops_per_batch", c.ops}, {"batches", c.batches}};
+      json_output::json::object o{{"where", "host"},
+                                  {"device", "software"},
+                                  {"mode", c.mode},
+                                  {"max_completions_per_turn", c.max_completions_per_turn},
+                                  {"turn_quota_us", c.turn_quota_us},
+                                  {"size", size},
+                                  {"ops_per_batch", c.ops},
+                                  {"batches", c.batches}};
       for (const result& r : results) {
         const std::string key = r.op + "_" + r.way;
         o[key + "_ns_median"] = r1(r.f.median);
         o[key + "_ns_p99"] = r1(r.f.p99);
         if (const auto over = over_floor(r)) o[key + "_over_raw_ns"] = r1(*over);
+        if (r.completions_per_yield > 0) o[key + "_completions_per_yield"] = r1(r.completions_per_yield);
       }
       if (o.contains("write_raw_ns_median")) {  // the targets are the write's
         o["target_write_callback_over_raw_ns"] = 60;

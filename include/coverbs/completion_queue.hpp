@@ -8,8 +8,8 @@
 /// with ibv_get_cq_event, events are acknowledged in batches (ibv_ack_cq_events), the CQ is re-armed
 /// (ibv_req_notify_cq) and polled until empty *after* arming, so a completion that lands between the last
 /// poll and the arming is never lost. Spurious wake-ups are harmless, and so is a wait that ends with an
-/// error the channel did not cause (`completion_queue_stats::stray_wakeups`): the queue looks and waits again. Each completion's wr_id is the
-/// operation it belongs to, whose handler then runs on its associated executor.
+/// error the channel did not cause (`completion_queue_stats::stray_wakeups`): the queue looks and waits again. Each
+/// completion's wr_id is the operation it belongs to, whose handler then runs on its associated executor.
 ///
 /// With `completion_queue_options::spin` > 0 the queue polls for that long after the last completion
 /// before it arms and sleeps (adaptive mode); `spin_forever` busy-polls while work is outstanding (the
@@ -18,14 +18,15 @@
 /// @par Fairness
 /// The queue shares its executor with timers, sockets and every other handler, so it never keeps the loop
 /// to itself. One *dispatch turn* (one handler of the queue's own, run by the executor) takes at most
-/// `completion_queue_options::max_completions_per_turn` completions from the queue and completes their
-/// operations; when it stopped at that bound it queues its continuation on the executor (`defer`) and returns, so
+/// `completion_queue_options::max_completions_per_turn` completions from the queue, and fewer when they take
+/// longer than `turn_quota` (checked every 4 completions), and completes their operations; when it stopped at
+/// either bound it queues its continuation on the executor (`defer`) and returns, so
 /// every handler that was ready before (a timer's expiry, a lease's time-to-live, a socket read,
 /// `io_context::stop()`) runs before the next batch. In every mode — event-driven, adaptive, busy-polling —
-/// at most `max_completions_per_turn` completions of one queue run between two chances of the rest of the
-/// loop. A completion whose handler is associated with the queue's executor runs inside the turn
-/// (dispatch); one associated with another executor (a strand, another loop) is posted there. The
-/// drain-after-arm guarantee is kept: after arming, the queue is polled again, in bounded turns, before the
+/// at most `max_completions_per_turn` completions of one queue, and no more than 4 once `turn_quota` has
+/// passed, run between two chances of the rest of the loop. A completion whose handler is associated with the queue's
+/// executor runs inside the turn (dispatch); one associated with another executor (a strand, another loop) is posted
+/// there. The drain-after-arm guarantee is kept: after arming, the queue is polled again, in bounded turns, before the
 /// queue waits on its channel. Handlers never run inside an initiating function.
 ///
 /// @par Thread Safety
@@ -67,13 +68,21 @@ struct completion_queue_options {
   unsigned ack_batch = 64;
   /// Completions one dispatch turn handles at most before it yields the loop (see Fairness above);
   /// at least 1 (0 is refused with EINVAL). Smaller: less delay for other handlers on the loop (each
-  /// completion's handler runs inside the turn); larger: fewer posts per completion under load.
-  /// Measured in the emulated Soft-RoCE guest (one completion's handler ~200 us there), p99 lateness of
-  /// a 1 ms timer beside a saturating read stream / write stream: 4 → 3.5 / 2.6 ms, 8 → 9.0 / 2.9 ms,
-  /// 16 → 14.3 / 8.4 ms, 32 → 23.9 / 13.2 ms; the streams' rate at 4 was 26% / 45% below that at 32,
-  /// at 8 16% / 11% below (bench_fairness --max-completions-per-turn). The default 4 keeps a 1 ms timer's
-  /// p99 lateness within 5 ms there (4.4 ms, against 7.0 ms at 8, on a quiet host).
-  unsigned max_completions_per_turn = 4;
+  /// completion's handler runs inside the turn); larger: fewer trips through the loop's scheduler per
+  /// completion under load (natively, a yield costs about 700 instructions: Asio's scheduler round trip, its
+  /// mutex and the io_uring poll, and the re-posted step). 16 is UCX's per-progress default
+  /// (`UCX_IB_TX_MAX_POLL` / `RX_MAX_POLL`).
+  unsigned max_completions_per_turn = 16;
+  /// How long a dispatch turn may run before it yields, in microseconds; 0: no time bound (the count alone).
+  /// A turn reads the clock only from its third completion on (a turn of one or two — a lone operation's —
+  /// never does): after the third it takes the time, and after every fourth (the 4th, 8th, 12th, ...) it stops
+  /// when more than `turn_quota` has passed since then. So where handlers are cheap (natively, a completion
+  /// and its handler take well under a microsecond) a turn runs up to `max_completions_per_turn`, and where
+  /// they are slow it stops at four: in the emulated Soft-RoCE guest (one completion's handler ~200 us there)
+  /// a turn stops at four completions, as the bound of 4 did before this option (p99 lateness of a 1 ms timer
+  /// beside a saturating read / write stream, measured with a bound of 4: 3.5 / 2.6 ms; of 16 without a time
+  /// bound: 14.3 / 8.4 ms; `bench_fairness --max-completions-per-turn`). Negative: EINVAL.
+  std::chrono::microseconds turn_quota{50};
 };
 
 /// Counters of a completion queue's dispatch loop.
@@ -85,10 +94,10 @@ struct completion_queue_stats {
   /// its own cancellation and timeout-removal requests (after `cancel()`, or a `run_for` woken early) to
   /// whichever operation last used their submission entry; fixed in Boost 1.82. 0 with the epoll backend.
   std::uint64_t stray_wakeups = 0;
-  std::uint64_t arms = 0;              ///< ibv_req_notify_cq calls
-  std::uint64_t polls = 0;             ///< ibv_poll_cq calls
-  std::uint64_t completions = 0;       ///< work completions dispatched
-  std::uint64_t yields = 0;            ///< dispatch turns that stopped at max_completions_per_turn
+  std::uint64_t arms = 0;         ///< ibv_req_notify_cq calls
+  std::uint64_t polls = 0;        ///< ibv_poll_cq calls
+  std::uint64_t completions = 0;  ///< work completions dispatched
+  std::uint64_t yields = 0;       ///< dispatch turns that stopped at max_completions_per_turn or turn_quota
   /// For the queue pairs whose send completion queue this is: ibv_post_send calls (doorbells), and the
   /// send work requests they posted (requests / doorbells = the mean list length; see queue_pair.hpp,
   /// "When a request is posted").
@@ -107,7 +116,7 @@ public:
   /// Creates the queue and its completion channel on `dev`, serviced by `ex`.
   /// @throws system_error: `errc::device_limit_exceeded` for a depth above the device's max_cqe (the text
   /// names both); the errno of ibv_create_comp_channel(3) / ibv_create_cq(3) (EINVAL: a bad comp_vector);
-  /// EINVAL for a depth below 1 or max_completions_per_turn of 0.
+  /// EINVAL for a depth below 1, max_completions_per_turn of 0 or a negative turn_quota.
   completion_queue(const executor_type& ex, device& dev, const completion_queue_options& options = {});
   /// As above, serviced by `ctx`'s executor (e.g. an io_context).
   template <class ExecutionContext,

@@ -80,7 +80,7 @@ struct data_path_counters {
   /// Completions each non-empty `ibv_poll_cq` returned (unit: completions; at most 32 per poll).
   histogram completions_per_poll;
   std::uint64_t empty_polls = 0;        ///< `ibv_poll_cq` calls that found nothing
-  std::uint64_t capped_turns = 0;       ///< dispatch turns that stopped at `max_completions_per_turn`
+  std::uint64_t capped_turns = 0;       ///< dispatch turns that stopped at `max_completions_per_turn` or `turn_quota`
   std::uint64_t send_credit_waits = 0;  ///< operations that waited for a send-queue credit
   std::uint64_t recv_credit_waits = 0;  ///< receives that waited for a receive-queue credit
   std::uint64_t receives_reposted = 0;  ///< receives a message_endpoint posted again after a message
@@ -92,14 +92,14 @@ struct data_path_counters {
 /// queue count in the shared receive queue's), and its operations that waited for a credit.
 struct queue_counters {
   std::array<op_counters, op_kind_count> operations{};  ///< indexed by `op_kind`
-  std::uint64_t send_credit_waits = 0;  ///< operations that waited for a send-queue credit
-  std::uint64_t recv_credit_waits = 0;  ///< receives that waited for a receive-queue credit
+  std::uint64_t send_credit_waits = 0;                  ///< operations that waited for a send-queue credit
+  std::uint64_t recv_credit_waits = 0;                  ///< receives that waited for a receive-queue credit
 };
 
 /// The data path's counts of one thread (an event loop runs on one thread: a `loop_pool` member's thread,
 /// or whichever thread calls `io_context::run()`), while it lives.
 struct thread_data_path {
-  std::string name;           ///< the thread's name (pthread_getname_np(3)) when it first counted
+  std::string name;            ///< the thread's name (pthread_getname_np(3)) when it first counted
   std::int64_t thread_id = 0;  ///< its kernel thread id (gettid(2)), as `top -H` and /proc/PID/task show it
   data_path_counters data_path;
 };

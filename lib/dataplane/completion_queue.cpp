@@ -15,8 +15,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <exception>
+#include <limits>
 #include <utility>
 
 namespace coverbs {
@@ -32,6 +34,10 @@ cq_impl::cq_impl(const boost::asio::any_io_executor& ex, ibv_context* context, c
     throw system_error(errno_code(EINVAL),
                        "completion_queue: max_completions_per_turn must be at least 1 (got 0); it bounds how many "
                        "completions one dispatch turn handles before other handlers on the loop run");
+  if (options.turn_quota.count() < 0)
+    throw system_error(errno_code(EINVAL), "completion_queue: turn_quota must not be negative (got " +
+                                               std::to_string(options.turn_quota.count()) +
+                                               " us); 0 bounds a dispatch turn by max_completions_per_turn alone");
   {
     ibv_device_attr attr{};
     throw_on_error(verbs_status_result(ibv_query_device(context, &attr)), "ibv_query_device");
@@ -290,9 +296,9 @@ bool cq_impl::holds_completion_of(const wr_node* node, const wr_node* later) noe
       retired = wc.wr_id == reinterpret_cast<std::uintptr_t>(p);
   };
   // Taken already: in the unhandled part of the batch, or taken ahead of it by an earlier cancellation.
-  auto found = static_cast<std::size_t>(std::count_if(batch_.begin() + batch_pos_, batch_.begin() + batch_len_, of_node) +
-                                        std::count_if(taken_.begin() + static_cast<std::ptrdiff_t>(taken_pos_),
-                                                      taken_.end(), of_node));
+  auto found = static_cast<std::size_t>(
+      std::count_if(batch_.begin() + batch_pos_, batch_.begin() + batch_len_, of_node) +
+      std::count_if(taken_.begin() + static_cast<std::ptrdiff_t>(taken_pos_), taken_.end(), of_node));
   if (later) {
     std::for_each(batch_.begin() + batch_pos_, batch_.begin() + batch_len_, of_later);
     std::for_each(taken_.begin() + static_cast<std::ptrdiff_t>(taken_pos_), taken_.end(), of_later);
@@ -336,6 +342,12 @@ std::size_t cq_impl::drain(completion_mode mode, std::size_t limit) {
   // (dispatch_turn.hpp). The poll that follows the posting finds what completed meanwhile in this turn.
   dispatch_turn::end_all();  // a nested turn: what the handler around it initiated goes first
   dispatch_turn turn;
+  // The turn's time is read from its third completion on (a lone operation's turn never reads the clock:
+  // microseconds in an emulated guest) and checked after every fourth (completion_queue_options::turn_quota).
+  // Not when every handler is posted (completion_mode::post): then the turn runs none of them.
+  std::size_t clock_at =
+      options_.turn_quota.count() > 0 && mode != completion_mode::post ? 3 : std::numeric_limits<std::size_t>::max();
+  std::chrono::steady_clock::time_point since{};
   while (n < limit && !closed_) {
     if (batch_pos_ == batch_len_) turn.end();
     const ibv_wc* wc = pop();
@@ -350,6 +362,18 @@ std::size_t cq_impl::drain(completion_mode mode, std::size_t limit) {
       handler_exception_ = std::current_exception();
       turn_full_ = true;
       return n;
+    }
+    if (n == clock_at) [[unlikely]] {
+      const auto now = std::chrono::steady_clock::now();
+      if (n == 3) {
+        since = now;
+        clock_at = 4;
+      } else if (now - since > options_.turn_quota && n < limit) {
+        turn_full_ = true;  // over its time: yield as a full turn does
+        return n;
+      } else {
+        clock_at = n + 4;
+      }
     }
   }
   turn_full_ = n == limit;

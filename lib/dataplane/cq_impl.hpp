@@ -41,9 +41,9 @@ public:
   /// Polls and dispatches until the queue is empty or `limit` completions were handled (then `turn_full_`),
   /// each completion's handler reached as `mode` says.
   std::size_t drain(completion_mode mode, std::size_t limit);
-  /// One dispatch turn, at most `max_completions_per_turn` completions, run by the queue's own steps (handlers
-  /// of `executor_`): on an io_context's executor they run inside it on this thread, so a handler associated
-  /// with it is called directly (`completion_mode::invoke`); on any other executor, dispatched.
+  /// One dispatch turn, at most `max_completions_per_turn` completions (fewer past `turn_quota`), run by the
+  /// queue's own steps (handlers of `executor_`): on an io_context's executor they run inside it on this thread, so a
+  /// handler associated with it is called directly (`completion_mode::invoke`); on any other executor, dispatched.
   std::size_t drain_turn() {
     return drain(typed_executor_ ? completion_mode::invoke : completion_mode::dispatch,
                  options_.max_completions_per_turn);
@@ -52,7 +52,7 @@ public:
   /// this thread runs the queue's io_context (one check per call), else dispatched.
   std::size_t drain_polled() {
     return drain(typed_executor_ && typed_executor_->running_in_this_thread() ? completion_mode::invoke
-                                                                             : completion_mode::dispatch,
+                                                                              : completion_mode::dispatch,
                  options_.max_completions_per_turn);
   }
 
@@ -142,8 +142,8 @@ private:
   completion_queue_options options_;
   bool waiting_ = false;  // a readiness wait or a spin step is pending
   bool closed_ = false;
-  bool turn_full_ = false;  // the last drain stopped at its limit: the queue may hold more
-  bool armed_ = false;  // ibv_req_notify_cq succeeded and no channel event was taken since
+  bool turn_full_ = false;                // the last drain stopped at its limit: the queue may hold more
+  bool armed_ = false;                    // ibv_req_notify_cq succeeded and no channel event was taken since
   std::exception_ptr handler_exception_;  // thrown by a handler run in place, rethrown at the turn's end
   // executor_'s target when it is an io_context's executor (the usual case), else null.
   const boost::asio::io_context::executor_type* typed_executor_ = nullptr;

@@ -122,7 +122,8 @@ void add_data_path(families& f, const data_path_counters& p) {
   f.histogram("coverbs_completions_per_poll", "Completions each non-empty ibv_poll_cq returned",
               p.completions_per_poll);
   f.counter("coverbs_empty_polls_total", "ibv_poll_cq calls that found nothing", d(p.empty_polls));
-  f.counter("coverbs_capped_turns_total", "Dispatch turns that stopped at max_completions_per_turn", d(p.capped_turns));
+  f.counter("coverbs_capped_turns_total", "Dispatch turns that stopped at max_completions_per_turn or turn_quota",
+            d(p.capped_turns));
   f.counter("coverbs_credit_waits_total", "Operations that waited for a work-queue credit", d(p.send_credit_waits),
             {{"queue", "send"}});
   f.counter("coverbs_credit_waits_total", "Operations that waited for a work-queue credit", d(p.recv_credit_waits),

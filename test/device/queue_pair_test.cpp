@@ -320,8 +320,8 @@ TEST_CASE("a completion queue shared by many queue pairs drains everything after
   REQUIRE(sent == pairs);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // every receive has landed in rx_cq by now
   rx_io.restart();
-  // The one readiness handler, then the dispatch turns it posts: max_completions_per_turn bounds a turn
-  // (fairness), so 8 completions take 2 turns at the default 4, and no second event is needed.
+  // The one readiness handler, then the dispatch turns it posts (max_completions_per_turn and turn_quota bound a
+  // turn, fairness): however many turns the 8 completions take, no second event is needed.
   rx_io.poll();
   CHECK(received == pairs);
   CHECK(rx_cq.stats().events == 1);
@@ -422,7 +422,8 @@ TEST_CASE("two coroutines share one loop with an Asio timer and a TCP loopback s
     for (int i = 0; i < 20; ++i) {
       local.bytes[1000] = std::byte(i);
       // The receive is posted first, then the send; both are awaited together.
-      auto [r, sent] = co_await (p.b.async_recv(rx.span(), asio::use_awaitable) && p.a.async_send(local.span(1000, 1), asio::use_awaitable));
+      auto [r, sent] = co_await (p.b.async_recv(rx.span(), asio::use_awaitable) &&
+                                 p.a.async_send(local.span(1000, 1), asio::use_awaitable));
       CHECK(sent == 1);
       CHECK(r.bytes == 1);
       CHECK(rx.bytes[0] == std::byte(i));
@@ -809,7 +810,8 @@ TEST_CASE("a terminal cancellation of an operation whose completion is far back 
   asio::cancellation_signal last_signal;
   for (int i = 0; i + 1 < writes; ++i)
     p.a.async_write(local.span(0, 8), remote.key(), w[i].handler());
-  p.a.async_write(local.span(0, 8), remote.key(), asio::bind_cancellation_slot(last_signal.slot(), w[writes - 1].handler()));
+  p.a.async_write(local.span(0, 8), remote.key(),
+                  asio::bind_cancellation_slot(last_signal.slot(), w[writes - 1].handler()));
   let_device_retire();  // all 40 wait in the queue: the loop has not run
   last_signal.emit(asio::cancellation_type::terminal);
   REQUIRE(p.run_until([&] { return std::all_of(std::begin(w), std::end(w), [](auto& c) { return c.done(); }); }));

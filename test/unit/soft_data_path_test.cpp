@@ -258,8 +258,9 @@ TEST_CASE("a stream of completions keeps the queue armed once, however many turn
   run_all(io);
   CHECK(done == n);
   const auto stats = rig.cq.stats();
-  // Fair dispatch: the stream took many turns (max_completions_per_turn = 4)...
-  CHECK(stats.yields >= n / 4 - 1);
+  // Fair dispatch: the stream took many turns (at most max_completions_per_turn = 16 each, fewer when a turn's
+  // handlers outrun turn_quota: dispatch_turn_test.cpp)...
+  CHECK(stats.yields >= n / 16 - 1);
   // ...but the queue was armed once: a turn that follows a full one polls without arming again (the
   // arming still holds, or its event waits in the channel).
   CHECK(stats.arms == 1);
@@ -531,7 +532,7 @@ TEST_CASE("node_allocator: a node freed on another thread is that thread's to re
   block* p = small_alloc.allocate(1);
   std::memset(p, 0xab, sizeof *p);
   std::thread([&] {
-    small_alloc.deallocate(p, 1);  // cached by this thread (not under AddressSanitizer)
+    small_alloc.deallocate(p, 1);    // cached by this thread (not under AddressSanitizer)
     big* b = big_alloc.allocate(1);  // larger than the cached block: a new one
     CHECK(static_cast<void*>(b) != static_cast<void*>(p));
     std::memset(b, 0xcd, sizeof *b);
