@@ -139,9 +139,13 @@ struct too_many_sessions : step_failed {
   using step_failed::step_failed;
 };
 
-/// The line saying that the sessions wait for a compaction, how to start one, and for how long they wait.
+/// The line saying that this client process's sessions wait for a compaction, how to start one, and for how
+/// long they wait. It names the process a client, with its pid: in the demo the client processes print to the
+/// server's terminal, where a bare "memory_pool_server:" reads as the server waiting.
 std::string waiting_note(const client_config& c) {
-  return "memory_pool_server: waiting for a compaction, as the scenario does (the demo's admin starts one; by hand: "
+  return "memory_pool_server client (pid " + std::to_string(::getpid()) + ", " + std::to_string(c.clients) +
+         (c.clients == 1 ? " session" : " sessions") +
+         "): waiting for a compaction, as the scenario does (the demo's admin starts one; by hand: "
          "memory_pool_server --connect " +
          c.host + " " + std::to_string(c.port) + " --admin compact), for at most " + std::to_string(c.timeout) +
          " s (--timeout)";

@@ -97,7 +97,10 @@ boost::asio::awaitable<error_code> serve_loop(listener& l, session_handler handl
 /// doubles from 10 ms to 1 s while accepts keep failing (reset by a session accepted).
 /// @par Sessions running when it completes go on to their own end (each still reported to `on_end`): end them
 /// through your handler (e.g. a stop signal it awaits) before the pool or the listener goes.
-/// @par Thread Safety Call from the listener's executor; `l` outlives the operation.
+/// @par Thread Safety Any thread, also before the listener's io_context runs (as `main` in docs/messaging.md
+/// does): the call takes its arguments and `co_spawn`s the accept loop onto the listener's executor, which
+/// dispatches it there (it starts inside the call on a thread running that executor, else once one does), so
+/// everything the loop does with `l` runs on that executor. `l` outlives the operation.
 template <completion_token_or_handler<void(error_code)> Token = detail::default_token_t<listener::executor_type>>
 auto async_serve(listener& l, session_handler handler, const server_options& options = {}, Token&& token = Token{}) {
   return detail::spawn_for_error<true>(l.get_executor(), detail::serve_loop(l, std::move(handler), options),
