@@ -14,15 +14,14 @@
 // Each way of running an operation runs --batches batches of --ops operations (after one batch of
 // warm-up); ns/op of a batch = its wall time / --ops. Figures per way (median and 99th percentile over
 // the batches): {op}_{way}_ns_median, {op}_{way}_ns_p99, and {op}_{way}_over_raw_ns = its median minus
-// the raw loop's median; {op}_{way}_completions_per_yield: the completion queue's completions over its
-// dispatch turns that yielded (max_completions_per_turn, or fewer when turn_quota ran out: natively, with
-// the defaults, 16). op: write (an RDMA write of --size bytes), sendrecv (a receive posted, then a
-// send of --size bytes consuming it: two work requests and two completions), datagram (the same on two UD
-// queue pairs: coverbs' datagram path, bench/overhead_datagram.hpp), bind (bind_mw of an unbound
-// type-2 window over 4 KiB, then invalidate of its key: a BIND_MW and a LOCAL_INV posted one after the
-// other, two completions, with the window's bookkeeping of a first bind), rebind (rebind_mw of a bound
-// type-2 window to other rights: a LOCAL_INV chained to a BIND_MW, two completions, with the window's
-// bookkeeping; its raw floor posts the same chain). way:
+// the raw loop's median; {op}_{way}_completions_per_yield (write, sendrecv, bind, rebind): the completion
+// queue's completions over its dispatch turns that yielded (max_completions_per_turn, or fewer when
+// turn_quota ran out: natively, with the defaults, 16). op: write (an RDMA write of --size bytes), sendrecv (a receive
+// posted, then a send of --size bytes consuming it: two work requests and two completions), datagram (the same on two
+// UD queue pairs: coverbs' datagram path, bench/overhead_datagram.hpp), bind (bind_mw of an unbound type-2 window over
+// 4 KiB, then invalidate of its key: a BIND_MW and a LOCAL_INV posted one after the other, two completions, with the
+// window's bookkeeping of a first bind), rebind (rebind_mw of a bound type-2 window to other rights: a LOCAL_INV
+// chained to a BIND_MW, two completions, with the window's bookkeeping; its raw floor posts the same chain). way:
 //   raw            post + poll on the software device, no coverbs
 //   callback       one operation in flight, its completion handler (a plain function object) starts the next
 //   use_awaitable  a coroutine awaiting each operation with asio::use_awaitable
@@ -67,6 +66,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -528,12 +528,15 @@ int main(int argc, char** argv) {
     std::vector<result> results;
     const auto add = [&](const char* op, const char* way, const std::function<void(int)>& batch) {
       if ((c.op.empty() || c.op == op) && (c.way.empty() || c.way == way)) {
+        // The ops on the rig's queue (datagram and call run on queues of their own).
+        const bool on_rig = std::string_view(op) != "datagram" && std::string_view(op) != "call";
         const cv::completion_queue_stats before = rig.cq.stats();
         const figures f = measure(c, batch);
         const cv::completion_queue_stats after = rig.cq.stats();
         const auto yields = after.yields - before.yields;
         results.push_back(
-            {op, way, f, yields ? static_cast<double>(after.completions - before.completions) / yields : 0.0});
+            {op, way, f,
+             on_rig && yields ? static_cast<double>(after.completions - before.completions) / yields : 0.0});
       }
     };
 

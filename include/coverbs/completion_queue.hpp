@@ -23,11 +23,11 @@
 /// either bound it queues its continuation on the executor (`defer`) and returns, so
 /// every handler that was ready before (a timer's expiry, a lease's time-to-live, a socket read,
 /// `io_context::stop()`) runs before the next batch. In every mode — event-driven, adaptive, busy-polling —
-/// at most `max_completions_per_turn` completions of one queue, and no more than 4 once `turn_quota` has
-/// passed, run between two chances of the rest of the loop. A completion whose handler is associated with the queue's
-/// executor runs inside the turn (dispatch); one associated with another executor (a strand, another loop) is posted
-/// there. The drain-after-arm guarantee is kept: after arming, the queue is polled again, in bounded turns, before the
-/// queue waits on its channel. Handlers never run inside an initiating function.
+/// at most `max_completions_per_turn` completions of one queue run between two chances of the rest of the
+/// loop, and with slow handlers at most `turn_quota` plus seven handlers (see `turn_quota`). A completion whose handler
+/// is associated with the queue's executor runs inside the turn (dispatch); one associated with another executor (a
+/// strand, another loop) is posted there. The drain-after-arm guarantee is kept: after arming, the queue is polled
+/// again, in bounded turns, before the queue waits on its channel. Handlers never run inside an initiating function.
 ///
 /// @par Thread Safety
 /// Distinct objects: safe. Shared objects: unsafe; use the queue and its queue pairs from its executor
@@ -76,12 +76,15 @@ struct completion_queue_options {
   /// How long a dispatch turn may run before it yields, in microseconds; 0: no time bound (the count alone).
   /// A turn reads the clock only from its third completion on (a turn of one or two — a lone operation's —
   /// never does): after the third it takes the time, and after every fourth (the 4th, 8th, 12th, ...) it stops
-  /// when more than `turn_quota` has passed since then. So where handlers are cheap (natively, a completion
-  /// and its handler take well under a microsecond) a turn runs up to `max_completions_per_turn`, and where
+  /// when more than `turn_quota` has passed since then: at worst three handlers before the reading, handlers
+  /// until the quota is over, and four more (the quota plus seven handlers), and never more than
+  /// `max_completions_per_turn`. `poll()` is bounded by the count alone. So where handlers are cheap (natively, a
+  /// completion and its handler take well under a microsecond) a turn runs up to `max_completions_per_turn`, and where
   /// they are slow it stops at four: in the emulated Soft-RoCE guest (one completion's handler ~200 us there)
   /// a turn stops at four completions, as the bound of 4 did before this option (p99 lateness of a 1 ms timer
   /// beside a saturating read / write stream, measured with a bound of 4: 3.5 / 2.6 ms; of 16 without a time
-  /// bound: 14.3 / 8.4 ms; `bench_fairness --max-completions-per-turn`). Negative: EINVAL.
+  /// bound: 14.3 / 8.4 ms; `bench_fairness --max-completions-per-turn`). Lower it where other handlers on the
+  /// loop are latency-sensitive; 0 turns the time bound off. Negative: EINVAL.
   std::chrono::microseconds turn_quota{50};
 };
 
@@ -138,8 +141,8 @@ public:
   std::size_t outstanding() const noexcept;
   completion_queue_stats stats() const noexcept;
 
-  /// Polls now, without waiting, and dispatches what it finds, at most `max_completions_per_turn`
-  /// (call again while it returns that many). @returns completions dispatched.
+  /// Polls now, without waiting, and dispatches what it finds, at most `max_completions_per_turn` (`turn_quota`
+  /// does not apply: call again while it returns that many). @returns completions dispatched.
   /// For callers that drive their own polling loop; the queue polls by itself otherwise.
   std::size_t poll();
 

@@ -332,7 +332,7 @@ void cq_impl::handle(const ibv_wc& wc, completion_mode mode) {
     node->qp->on_completion(node, wc, mode);
 }
 
-std::size_t cq_impl::drain(completion_mode mode, std::size_t limit) {
+std::size_t cq_impl::drain(completion_mode mode, std::size_t limit, bool timed) {
   // Completions are taken one at a time from a batch kept in this object, so a handler that destroys a
   // queue pair (which drains this queue for its own flushed requests) sees the rest of the batch too.
   std::size_t n = 0;
@@ -342,11 +342,11 @@ std::size_t cq_impl::drain(completion_mode mode, std::size_t limit) {
   // (dispatch_turn.hpp). The poll that follows the posting finds what completed meanwhile in this turn.
   dispatch_turn::end_all();  // a nested turn: what the handler around it initiated goes first
   dispatch_turn turn;
-  // The turn's time is read from its third completion on (a lone operation's turn never reads the clock:
-  // microseconds in an emulated guest) and checked after every fourth (completion_queue_options::turn_quota).
-  // Not when every handler is posted (completion_mode::post): then the turn runs none of them.
+  // The turn's time is read after its third completion (a lone operation's turn never reads the clock:
+  // microseconds in an emulated guest) and checked after every fourth (completion_queue_options::turn_quota);
+  // a bound of 4 or less ends the turn before any check could.
   std::size_t clock_at =
-      options_.turn_quota.count() > 0 && mode != completion_mode::post ? 3 : std::numeric_limits<std::size_t>::max();
+      timed && options_.turn_quota.count() > 0 && limit > 4 ? 3 : std::numeric_limits<std::size_t>::max();
   std::chrono::steady_clock::time_point since{};
   while (n < limit && !closed_) {
     if (batch_pos_ == batch_len_) turn.end();
@@ -363,12 +363,12 @@ std::size_t cq_impl::drain(completion_mode mode, std::size_t limit) {
       turn_full_ = true;
       return n;
     }
-    if (n == clock_at) [[unlikely]] {
+    if (n == clock_at && n < limit) [[unlikely]] {  // at the bound the turn ends anyway: no reading
       const auto now = std::chrono::steady_clock::now();
       if (n == 3) {
         since = now;
         clock_at = 4;
-      } else if (now - since > options_.turn_quota && n < limit) {
+      } else if (std::chrono::duration_cast<std::chrono::microseconds>(now - since) > options_.turn_quota) {
         turn_full_ = true;  // over its time: yield as a full turn does
         return n;
       } else {

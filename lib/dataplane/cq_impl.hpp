@@ -39,17 +39,19 @@ public:
   void work_abandoned() noexcept;
 
   /// Polls and dispatches until the queue is empty or `limit` completions were handled (then `turn_full_`),
-  /// each completion's handler reached as `mode` says.
-  std::size_t drain(completion_mode mode, std::size_t limit);
+  /// each completion's handler reached as `mode` says; `timed`: also stops (as full) past `turn_quota`, checked
+  /// after every fourth completion from a clock reading after the third (completion_queue_options::turn_quota).
+  std::size_t drain(completion_mode mode, std::size_t limit, bool timed = false);
   /// One dispatch turn, at most `max_completions_per_turn` completions (fewer past `turn_quota`), run by the
   /// queue's own steps (handlers of `executor_`): on an io_context's executor they run inside it on this thread, so a
   /// handler associated with it is called directly (`completion_mode::invoke`); on any other executor, dispatched.
   std::size_t drain_turn() {
     return drain(typed_executor_ ? completion_mode::invoke : completion_mode::dispatch,
-                 options_.max_completions_per_turn);
+                 options_.max_completions_per_turn, true);
   }
   /// As drain_turn, for completion_queue::poll (any thread, any handler): handlers are called directly only when
-  /// this thread runs the queue's io_context (one check per call), else dispatched.
+  /// this thread runs the queue's io_context (one check per call), else dispatched. Bounded by the count alone:
+  /// the caller of poll() drives its own loop and calls again while it returns max_completions_per_turn.
   std::size_t drain_polled() {
     return drain(typed_executor_ && typed_executor_->running_in_this_thread() ? completion_mode::invoke
                                                                               : completion_mode::dispatch,

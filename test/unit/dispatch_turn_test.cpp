@@ -86,7 +86,9 @@ TEST_CASE("without a time quota a turn handles max_completions_per_turn completi
 
 TEST_CASE("a turn whose handlers outrun turn_quota stops after four completions", "[soft][turn]") {
   asio::io_context io;
-  cv::completion_queue_options o;  // 16 per turn at most, 50 us
+  cv::completion_queue_options o;
+  o.max_completions_per_turn = 16;
+  o.turn_quota = std::chrono::microseconds(50);
   soft_verbs::soft_pair rig(io, 64, 64, o);
   // Each handler takes 200 us (as one does in the emulated Soft-RoCE guest): past the quota by the fourth.
   const std::vector<int> turns = completions_per_turn(rig, io, 24, [] { busy_for(std::chrono::microseconds(200)); });
@@ -99,6 +101,7 @@ TEST_CASE("a turn whose handlers outrun turn_quota stops after four completions"
 TEST_CASE("a quota that is not reached leaves the count as the bound", "[soft][turn]") {
   asio::io_context io;
   cv::completion_queue_options o;
+  o.max_completions_per_turn = 16;
   o.turn_quota = std::chrono::seconds(10);
   soft_verbs::soft_pair rig(io, 64, 64, o);
   const std::vector<int> turns = completions_per_turn(rig, io, 40);
@@ -106,6 +109,59 @@ TEST_CASE("a quota that is not reached leaves the count as the bound", "[soft][t
   CHECK(turns[0] == 16);
   CHECK(turns[1] == 16);
   CHECK(turns[2] == 8);
+}
+
+TEST_CASE("the quota is checked after every fourth completion, timed from a reading after the third", "[soft][turn]") {
+  asio::io_context io;
+  cv::completion_queue_options o;
+  o.max_completions_per_turn = 16;
+  o.turn_quota = std::chrono::milliseconds(20);
+  soft_verbs::soft_pair rig(io, 64, 64, o);
+  // Only the 6th handler is slow (30 ms, past the quota): the check after the 4th passes, the one after the
+  // 8th stops the turn; the rest run 16 to a turn. A turn that checked once, or at every completion, differs.
+  int handled = 0;
+  const std::vector<int> turns = completions_per_turn(rig, io, 40, [&] {
+    if (++handled == 6) busy_for(std::chrono::milliseconds(30));
+  });
+  REQUIRE(turns.size() == 3);
+  CHECK(turns[0] == 8);
+  CHECK(turns[1] == 16);
+  CHECK(turns[2] == 16);
+}
+
+TEST_CASE("the time of a turn's first three handlers is not measured: slow ones there do not end it", "[soft][turn]") {
+  asio::io_context io;
+  cv::completion_queue_options o;
+  o.max_completions_per_turn = 16;
+  o.turn_quota = std::chrono::milliseconds(20);
+  soft_verbs::soft_pair rig(io, 64, 64, o);
+  int handled = 0;
+  const std::vector<int> turns = completions_per_turn(rig, io, 32, [&] {
+    if (++handled <= 3) busy_for(std::chrono::milliseconds(30));
+  });
+  REQUIRE(turns.size() == 2);
+  CHECK(turns[0] == 16);
+  CHECK(turns[1] == 16);
+}
+
+TEST_CASE("completion_queue::poll() is bounded by the count alone, whatever the quota", "[soft][turn]") {
+  asio::io_context io;
+  cv::completion_queue_options o;
+  o.max_completions_per_turn = 16;
+  o.turn_quota = std::chrono::microseconds(1);
+  soft_verbs::soft_pair rig(io, 64, 64, o);
+  int done = 0;
+  for (int i = 0; i < 24; ++i)
+    rig.a.async_write(rig.local_span(8), rig.remote_key(8), [&](cv::error_code ec, std::size_t) {
+      CHECK(ec == cv::error_code{});
+      ++done;
+      busy_for(std::chrono::microseconds(100));
+    });
+  // Called outside the loop: the handlers are posted to it (never run inside poll()), 16 at most per call.
+  CHECK(rig.cq.poll() == 16);
+  CHECK(rig.cq.poll() == 8);
+  run_all(io);
+  CHECK(done == 24);
 }
 
 TEST_CASE("a negative turn_quota is refused with EINVAL, naming the option", "[soft][turn][options]") {
