@@ -60,6 +60,25 @@ void busy_for(std::chrono::microseconds d) {
   }
 }
 
+/// Options with a bound of `count` completions and `quota` a turn.
+cv::completion_queue_options bounds(unsigned count, std::chrono::microseconds quota) {
+  cv::completion_queue_options o;
+  o.max_completions_per_turn = count;
+  o.turn_quota = quota;
+  return o;
+}
+
+/// completions_per_turn of `n` writes on a queue bounded at 16 completions and 20 ms a turn, where the handler
+/// of the i-th completion (from 1) is busy for 30 ms when `slow(i)`.
+std::vector<int> turns_with_slow_handlers(int n, const std::function<bool(int)>& slow) {
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 64, 64, bounds(16, std::chrono::milliseconds(20)));
+  int handled = 0;
+  return completions_per_turn(rig, io, n, [&] {
+    if (slow(++handled)) busy_for(std::chrono::milliseconds(30));
+  });
+}
+
 }  // namespace
 
 TEST_CASE("the defaults: at most 16 completions per turn, and a time quota of 50 us", "[soft][turn]") {
@@ -70,11 +89,8 @@ TEST_CASE("the defaults: at most 16 completions per turn, and a time quota of 50
 
 TEST_CASE("without a time quota a turn handles max_completions_per_turn completions, then yields", "[soft][turn]") {
   asio::io_context io;
-  cv::completion_queue_options o;
-  o.turn_quota = std::chrono::microseconds(0);
   const unsigned limit = GENERATE(4u, 16u);
-  o.max_completions_per_turn = limit;
-  soft_verbs::soft_pair rig(io, 64, 64, o);
+  soft_verbs::soft_pair rig(io, 64, 64, bounds(limit, std::chrono::microseconds(0)));
   const std::vector<int> turns = completions_per_turn(rig, io, 48);
   INFO("limit " << limit << ", turns " << turns.size());
   // Every turn but the last is full; none is larger. (Without the bound: one turn of 48.)
@@ -86,10 +102,7 @@ TEST_CASE("without a time quota a turn handles max_completions_per_turn completi
 
 TEST_CASE("a turn whose handlers outrun turn_quota stops after four completions", "[soft][turn]") {
   asio::io_context io;
-  cv::completion_queue_options o;
-  o.max_completions_per_turn = 16;
-  o.turn_quota = std::chrono::microseconds(50);
-  soft_verbs::soft_pair rig(io, 64, 64, o);
+  soft_verbs::soft_pair rig(io, 64, 64, bounds(16, std::chrono::microseconds(50)));
   // Each handler takes 200 us (as one does in the emulated Soft-RoCE guest): past the quota by the fourth.
   const std::vector<int> turns = completions_per_turn(rig, io, 24, [] { busy_for(std::chrono::microseconds(200)); });
   INFO("turns " << turns.size());
@@ -100,10 +113,7 @@ TEST_CASE("a turn whose handlers outrun turn_quota stops after four completions"
 
 TEST_CASE("a quota that is not reached leaves the count as the bound", "[soft][turn]") {
   asio::io_context io;
-  cv::completion_queue_options o;
-  o.max_completions_per_turn = 16;
-  o.turn_quota = std::chrono::seconds(10);
-  soft_verbs::soft_pair rig(io, 64, 64, o);
+  soft_verbs::soft_pair rig(io, 64, 64, bounds(16, std::chrono::seconds(10)));
   const std::vector<int> turns = completions_per_turn(rig, io, 40);
   REQUIRE(turns.size() == 3);
   CHECK(turns[0] == 16);
@@ -112,17 +122,9 @@ TEST_CASE("a quota that is not reached leaves the count as the bound", "[soft][t
 }
 
 TEST_CASE("the quota is checked after every fourth completion, timed from a reading after the third", "[soft][turn]") {
-  asio::io_context io;
-  cv::completion_queue_options o;
-  o.max_completions_per_turn = 16;
-  o.turn_quota = std::chrono::milliseconds(20);
-  soft_verbs::soft_pair rig(io, 64, 64, o);
   // Only the 6th handler is slow (30 ms, past the quota): the check after the 4th passes, the one after the
   // 8th stops the turn; the rest run 16 to a turn. A turn that checked once, or at every completion, differs.
-  int handled = 0;
-  const std::vector<int> turns = completions_per_turn(rig, io, 40, [&] {
-    if (++handled == 6) busy_for(std::chrono::milliseconds(30));
-  });
+  const std::vector<int> turns = turns_with_slow_handlers(40, [](int i) { return i == 6; });
   REQUIRE(turns.size() == 3);
   CHECK(turns[0] == 8);
   CHECK(turns[1] == 16);
@@ -130,15 +132,7 @@ TEST_CASE("the quota is checked after every fourth completion, timed from a read
 }
 
 TEST_CASE("the time of a turn's first three handlers is not measured: slow ones there do not end it", "[soft][turn]") {
-  asio::io_context io;
-  cv::completion_queue_options o;
-  o.max_completions_per_turn = 16;
-  o.turn_quota = std::chrono::milliseconds(20);
-  soft_verbs::soft_pair rig(io, 64, 64, o);
-  int handled = 0;
-  const std::vector<int> turns = completions_per_turn(rig, io, 32, [&] {
-    if (++handled <= 3) busy_for(std::chrono::milliseconds(30));
-  });
+  const std::vector<int> turns = turns_with_slow_handlers(32, [](int i) { return i <= 3; });
   REQUIRE(turns.size() == 2);
   CHECK(turns[0] == 16);
   CHECK(turns[1] == 16);
@@ -146,10 +140,7 @@ TEST_CASE("the time of a turn's first three handlers is not measured: slow ones 
 
 TEST_CASE("completion_queue::poll() is bounded by the count alone, whatever the quota", "[soft][turn]") {
   asio::io_context io;
-  cv::completion_queue_options o;
-  o.max_completions_per_turn = 16;
-  o.turn_quota = std::chrono::microseconds(1);
-  soft_verbs::soft_pair rig(io, 64, 64, o);
+  soft_verbs::soft_pair rig(io, 64, 64, bounds(16, std::chrono::microseconds(1)));
   int done = 0;
   for (int i = 0; i < 24; ++i)
     rig.a.async_write(rig.local_span(8), rig.remote_key(8), [&](cv::error_code ec, std::size_t) {
