@@ -80,11 +80,11 @@ struct completion_queue_options {
   /// until the quota is over, and four more (the quota plus seven handlers), and never more than
   /// `max_completions_per_turn`. `poll()` is bounded by the count alone. So where handlers are cheap (natively, a
   /// completion and its handler take well under a microsecond) a turn runs up to `max_completions_per_turn`, and where
-  /// they are slow it stops at four: in the emulated Soft-RoCE guest (one completion's handler ~200 us there)
-  /// a turn stops at four completions, as the bound of 4 did before this option (p99 lateness of a 1 ms timer
-  /// beside a saturating read / write stream, measured with a bound of 4: 3.5 / 2.6 ms; of 16 without a time
-  /// bound: 14.3 / 8.4 ms; `bench_fairness --max-completions-per-turn`). Lower it where other handlers on the
-  /// loop are latency-sensitive; 0 turns the time bound off. Negative: EINVAL.
+  /// they are slow it stops at four or eight: in the emulated Soft-RoCE guest (a completion and its handler take
+  /// 40-200 us there) the p99 lateness of a 1 ms timer beside a saturating read / write stream measured 2.7 /
+  /// 1.4 ms with these defaults (7 Dec 2026; the fairness target is 5 ms), against 14.3 / 8.4 ms with a bound
+  /// of 16 and no quota (`bench_fairness --max-completions-per-turn --turn-quota-us`). Lower it where other
+  /// handlers on the loop are latency-sensitive; 0 turns the time bound off. Negative: EINVAL.
   std::chrono::microseconds turn_quota{50};
 };
 
