@@ -46,7 +46,6 @@
 /// @par Thread Safety
 /// Distinct objects: safe. Shared objects: unsafe; use a queue pair from its completion queue's executor.
 
-#include <coverbs/detail/token_check.hpp>
 #include <coverbs/address_handle.hpp>
 #include <coverbs/buffer.hpp>
 #include <coverbs/completion_queue.hpp>
@@ -54,6 +53,7 @@
 #include <coverbs/detail/handler_executor.hpp>
 #include <coverbs/detail/ops/datagram_op.hpp>
 #include <coverbs/detail/qp_start.hpp>
+#include <coverbs/detail/token_check.hpp>
 #include <coverbs/detail/wr_op.hpp>
 #include <coverbs/device.hpp>
 #include <coverbs/error.hpp>
@@ -210,7 +210,8 @@ public:
   template <registered_span_sequence Spans,
             completion_token_or_handler<void(error_code, received_datagram)> Token = default_token>
   auto async_recv(const Spans& bufs, Token&& token = default_token{}) {
-    return initiate(std::forward<Token>(token), detail::datagram_recv_op<detail::span_list>{detail::span_list::of(bufs)});
+    return initiate(std::forward<Token>(token),
+                    detail::datagram_recv_op<detail::span_list>{detail::span_list::of(bufs)});
   }
 
 private:
@@ -231,21 +232,22 @@ private:
     template <class Handler, class Op>
     void operator()(Handler&& handler, const Op& op) const {
       using node_type = detail::wr_op<Op, std::decay_t<Handler>, executor_type>;
-      node_type* node = node_type::create(std::forward<Handler>(handler), detail::qp_executor(self->impl_.get()));
+      node_type* node = node_type::create(std::forward<Handler>(handler), *self->io_executor_);
       node->qp = self->impl_.get();
-      const error_code ec = op.prepare(node->qp, *node);
-      if (!ec) node->install_cancellation();
-      detail::qp_start(node->qp, node, ec);
+      node->install_cancellation();  // a refused operation completes at once, which clears the slot again
+      detail::qp_start(node->qp, node, op);
     }
   };
 
   template <class Token, class Op>
   auto initiate(Token&& token, Op op) {
-    return detail::initiate_checked<Token, typename Op::completion::signature>(initiation{this}, token,
-                                                                                  std::move(op));
+    return detail::initiate_checked<Token, typename Op::completion::signature>(initiation{this}, token, std::move(op));
   }
 
   std::unique_ptr<detail::queue_pair_impl> impl_;
+  /// The send completion queue's executor (it outlives this queue pair): what an operation's node keeps, read
+  /// here without a call into the library.
+  const executor_type* io_executor_ = nullptr;
 };
 
 }  // namespace coverbs

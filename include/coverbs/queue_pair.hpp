@@ -63,7 +63,6 @@
 /// @par Thread Safety
 /// Distinct objects: safe. Shared objects: unsafe; use a queue pair from its completion queue's executor.
 
-#include <coverbs/detail/token_check.hpp>
 #include <coverbs/access.hpp>
 #include <coverbs/buffer.hpp>
 #include <coverbs/completion_queue.hpp>
@@ -75,6 +74,7 @@
 #include <coverbs/detail/ops/scatter_gather.hpp>
 #include <coverbs/detail/ops/send_op.hpp>
 #include <coverbs/detail/qp_start.hpp>
+#include <coverbs/detail/token_check.hpp>
 #include <coverbs/detail/wr_op.hpp>
 #include <coverbs/device.hpp>
 #include <coverbs/error.hpp>
@@ -113,15 +113,15 @@ struct queue_pair_options {
   /// 0); coverbs inlines up to what was asked, so 0 turns inlining off.
   std::uint32_t max_inline_data = 64;
   std::uint8_t port = 1;
-  int gid_index = -1;                   ///< -1: device::default_gid(port)
-  ibv_mtu path_mtu = IBV_MTU_4096;      ///< capped at the port's active MTU
-  std::uint8_t timeout = 14;            ///< local ACK timeout: 4.096 us * 2^timeout (14: ~67 ms)
+  int gid_index = -1;               ///< -1: device::default_gid(port)
+  ibv_mtu path_mtu = IBV_MTU_4096;  ///< capped at the port's active MTU
+  std::uint8_t timeout = 14;        ///< local ACK timeout: 4.096 us * 2^timeout (14: ~67 ms)
   /// Transport retries (0..7) before wc_errc::retry_exc_err. 6, not IBA's maximum 7: Soft-RoCE (rxe) treats
   /// 7 as "retry forever", so a send to a dead peer would never complete; on NICs it costs one retry. On rxe
   /// (kernel 6.1) a send waiting for the peer to post a receive (RNR) also spends these retries: it fails
   /// with retry_exc_err after (retry_cnt + 1) ACK timeouts (~0.5 s at timeout 14) even with rnr_retry 7.
   std::uint8_t retry_cnt = 6;
-  std::uint8_t rnr_retry = 7;           ///< receiver-not-ready retries (7: infinite)
+  std::uint8_t rnr_retry = 7;  ///< receiver-not-ready retries (7: infinite)
   /// How long a peer waits before sending again a message that found no receive posted here (receiver not
   /// ready, IBA 9.7.5.2.8): an RNR NAK timer code, 12 = 0.64 ms (1 = 0.01 ms .. 31 = 491.52 ms; 0 = 655.36 ms,
   /// which rdma_cm would leave). Applied at INIT->RTR by `connect()` and by rdma_cm connections
@@ -301,7 +301,8 @@ public:
   template <completion_token_or_handler<void(error_code, std::uint64_t)> Token = default_token>
   auto async_compare_swap(registered_span result, remote_key remote, std::uint64_t compare, std::uint64_t swap,
                           Token&& token = default_token{}) {
-    return initiate(std::forward<Token>(token), detail::atomic_op{result, remote, IBV_WR_ATOMIC_CMP_AND_SWP, compare, swap});
+    return initiate(std::forward<Token>(token),
+                    detail::atomic_op{result, remote, IBV_WR_ATOMIC_CMP_AND_SWP, compare, swap});
   }
 
   // --- over several registered spans (scatter/gather) ---
@@ -374,11 +375,10 @@ private:
     template <class Handler, class Op>
     void operator()(Handler&& handler, const Op& op) const {
       using node_type = detail::wr_op<Op, std::decay_t<Handler>, executor_type>;
-      node_type* node = node_type::create(std::forward<Handler>(handler), detail::qp_executor(self->impl_.get()));
+      node_type* node = node_type::create(std::forward<Handler>(handler), *self->io_executor_);
       node->qp = self->impl_.get();
-      const error_code ec = op.prepare(node->qp, *node);
-      if (!ec) node->install_cancellation();
-      detail::qp_start(node->qp, node, ec);
+      node->install_cancellation();  // a refused operation completes at once, which clears the slot again
+      detail::qp_start(node->qp, node, op);
     }
   };
 
@@ -391,6 +391,9 @@ private:
   }
 
   std::unique_ptr<detail::queue_pair_impl> impl_;
+  /// The send completion queue's executor (it outlives this queue pair): what an operation's node keeps, read
+  /// here without a call into the library.
+  const executor_type* io_executor_ = nullptr;
 };
 
 /// Connects two queue pairs to each other without rdma_cm (both in this process; for tests and benches).

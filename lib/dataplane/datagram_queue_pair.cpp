@@ -44,6 +44,7 @@ datagram_queue_pair::datagram_queue_pair(protection_domain& pd, completion_queue
   impl_ = std::make_unique<detail::queue_pair_impl>(pd.native_handle(), *detail::impl_of(send_cq),
                                                     *detail::impl_of(recv_cq), rc_shaped(options),
                                                     detail::qp_create{IBV_QPT_UD, options.qkey, options.pkey_index});
+  io_executor_ = &impl_->send_cq_->executor_;
   error_code ec;
   if (const char* failed = ready_steps(ec)) throw_on_error(ec, modify_what(impl_->qp_, failed));
 }
@@ -92,7 +93,9 @@ datagram_queue_pair::executor_type datagram_queue_pair::get_executor() const noe
 }
 ibv_qp* datagram_queue_pair::native_handle() const noexcept { return impl_ ? impl_->qp_ : nullptr; }
 std::uint32_t datagram_queue_pair::qp_num() const noexcept { return impl_ ? impl_->qp_->qp_num : 0; }
-metrics::queue_counters datagram_queue_pair::counters() const noexcept { return impl_ ? impl_->counts_.read() : metrics::queue_counters{}; }
+metrics::queue_counters datagram_queue_pair::counters() const noexcept {
+  return impl_ ? impl_->counts_.read() : metrics::queue_counters{};
+}
 std::uint32_t datagram_queue_pair::qkey() const noexcept { return impl_ ? impl_->create_.qkey : 0; }
 gid_entry datagram_queue_pair::local_gid() const { return impl_->gid_; }
 std::uint8_t datagram_queue_pair::port() const noexcept { return impl_ ? impl_->options_.port : 0; }

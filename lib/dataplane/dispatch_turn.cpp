@@ -4,7 +4,7 @@
 
 namespace coverbs::detail {
 
-thread_local dispatch_turn* dispatch_turn::running_ = nullptr;
+constinit thread_local dispatch_turn* dispatch_turn::running_ = nullptr;
 
 void dispatch_turn::withdraw(queue_pair_impl& qp) noexcept {
   for (queue_pair_impl** p = &head_; *p; p = &(*p)->turn_next_) {

@@ -46,7 +46,7 @@ private:
   inline std::size_t post_enrolled() noexcept;
   // initial-exec: the data path reads it once per operation; a call to __tls_get_addr would cost more than
   // the rest of the check.
-  [[gnu::tls_model("initial-exec")]] static thread_local dispatch_turn* running_;
+  [[gnu::tls_model("initial-exec")]] static constinit thread_local dispatch_turn* running_;
   queue_pair_impl* head_ = nullptr;  // linked through queue_pair_impl::turn_next_
   dispatch_turn* outer_;
 };

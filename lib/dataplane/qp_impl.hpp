@@ -80,7 +80,12 @@ public:
                   const qp_create& create = {});
   ~queue_pair_impl();
 
-  void start(wr_node* n, error_code ec);
+  /// Takes the prepared operation `n`: posts it (or holds it in the running turn's list) when a credit is free,
+  /// else queues it; in the error state it is flushed, before RTS a send-queue one is refused.
+  void start(wr_node* n);
+  /// Completes `n`, whose `prepare` refused it, with `ec` (its handler posted).
+  void refuse(wr_node* n, error_code ec);
+  [[gnu::cold]] void refuse(wr_node* n, errc e);
   /// A completion for `n`. The common case — a send-queue request that succeeded, heads the posted list, has
   /// nothing retired before it and no operation waiting for a credit — is handled here, inline in the completion
   /// queue's dispatch; anything else goes to on_completion_slow (queue_pair.cpp), which does the same for it.
@@ -104,8 +109,10 @@ public:
   /// A transition to `state` succeeded: RTS makes the queue pair ready to send, RESET/INIT/RTR not (others,
   /// e.g. ERR or SQD, leave it as it was).
   void note_state(ibv_qp_state state) noexcept {
-    if (state == IBV_QPS_RTS) gates_ &= ~gate_not_ready;
-    else if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) gates_ |= gate_not_ready;
+    if (state == IBV_QPS_RTS)
+      gates_ &= ~gate_not_ready;
+    else if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR)
+      gates_ |= gate_not_ready;
   }
 
   ibv_qp* qp_ = nullptr;
@@ -133,32 +140,42 @@ public:
   // queue_pair_options::srq: receives come from there; kept alive until this queue pair is destroyed
   std::shared_ptr<shared_receive_queue_impl> srq_;
   // The send queue's posting rule (send_queue.cpp; queue_pair.hpp, "When a request is posted").
-  node_fifo batch_;  // send operations of the running turn, credits taken, not posted yet
-  node_fifo sent_;   // posted send operations in posting order: the queue completes them in this order
-  node_fifo retired_;  // completed send operations whose handlers have yet to run, in posting order
+  node_fifo batch_;            // send operations of the running turn, credits taken, not posted yet
+  node_fifo sent_;             // posted send operations in posting order: the queue completes them in this order
+  node_fifo retired_;          // completed send operations whose handlers have yet to run, in posting order
   bool* destroyed_ = nullptr;  // set by the destructor for the innermost run_retired() running
   // Expires when this queue pair is destroyed: what outlives it and posted through it (a window_lease's
   // revocation) learns it is gone.
   std::shared_ptr<const bool> life_ = std::make_shared<const bool>(true);
-  std::uint32_t batch_cap_ = 1;            // the longest list one ibv_post_send carries
-  dispatch_turn* turn_ = nullptr;          // the turn this queue pair is enrolled in while `batch_` fills
-  queue_pair_impl* turn_next_ = nullptr;   // the next queue pair enrolled in `turn_`
+  std::uint32_t batch_cap_ = 1;           // the longest list one ibv_post_send carries
+  dispatch_turn* turn_ = nullptr;         // the turn this queue pair is enrolled in while `batch_` fills
+  queue_pair_impl* turn_next_ = nullptr;  // the next queue pair enrolled in `turn_`
   // A datagram queue pair's (datagram_queue_pair.hpp): three rules differ from RC. A failed send moves it to
   // the error state (the device only stops its send queue); a receive carries no remote invalidation; a
   // terminal cancellation of a posted request is ignored (the queue pair serves every peer).
   qp_create create_;
   std::unique_ptr<grh_slots> grh_;  // UD: where each posted receive's global route header lands
-  queue_counts counts_;  // queue_pair::counters(): counted while metrics are on (core/metrics.hpp)
+  queue_counts counts_;             // queue_pair::counters(): counted while metrics are on (core/metrics.hpp)
 
 private:
   work_queue& queue_of(const wr_node* n) noexcept { return n->is_recv ? rq_ : sq_; }
   /// Checks and records `queue_pair_options::srq` (called first by the constructor).
   void attach_srq(ibv_pd* pd, shared_receive_queue_impl* srq);
+  /// start() without a gate closed: `n` takes its credits and is submitted, or waits for a credit.
+  [[gnu::always_inline]] inline void start_open(wr_node* n);
+  /// start() with a gate closed (queue_pair.cpp): flushed, refused, or a receive before RTS (start_open).
+  [[gnu::noinline, gnu::cold]] void start_gated(wr_node* n);
+  /// `n` waits in `q` for a credit (queue_pair.cpp).
+  [[gnu::noinline]] void wait_for_credit(wr_node* n, work_queue& q);
   /// Takes `n`'s credits and posts it, or adds it to `batch_` (a send inside a turn). send_queue.cpp.
   void submit(wr_node* n);
   void post_recv_now(wr_node* n);
   /// Posts the send operation `n` (credits taken) alone, signaled. send_queue.cpp.
   void post_send_now(wr_node* n);
+  /// post_batch for two requests or more: one linked list, the last signaled.
+  [[gnu::noinline]] void post_list() noexcept;
+  /// post_batch's lone request `n` was refused by the provider with `rc`: its credit back, it fails.
+  [[gnu::noinline, gnu::cold]] void refused_alone(wr_node* n, int rc) noexcept;
   /// A send completion for `n`: retires every operation posted before it (completed, unsignaled) into
   /// `retired` and gives back their credits. send_queue.cpp.
   void retire_before(const wr_node* n, node_fifo& retired) noexcept;
@@ -177,10 +194,12 @@ private:
 
 void qp_on_completion(queue_pair_impl* qp, wr_node* node, const ibv_wc& wc, completion_mode mode);
 
-/// Completes `n` (its last completion arrived, or it was retired by a later one) with `ec`, reported
-/// operation_aborted when a terminal cancellation moved the queue pair to the error state for it.
-/// Always inlined: a call of its own costs every operation more than the metrics' test it holds.
-[[gnu::always_inline]] inline void finish_node(wr_node* n, error_code ec, const ibv_wc* wc, completion_mode mode) {
+/// Completes `n` (its last completion arrived, or it was retired by a later one) with its `first_error`,
+/// reported operation_aborted when a terminal cancellation moved the queue pair to the error state for it.
+/// Always inlined: a call of its own costs every operation more than the metrics' test it holds. The error is
+/// the node's own field, handed on by reference: no copy of it per operation.
+[[gnu::always_inline]] inline void finish_node(wr_node* n, const ibv_wc* wc, completion_mode mode) {
+  error_code& ec = n->first_error;
   if (ec && n->cancelled) [[unlikely]]
     ec = boost::asio::error::operation_aborted;
   if (n->on_complete) n->on_complete(n, ec);
@@ -188,6 +207,13 @@ void qp_on_completion(queue_pair_impl* qp, wr_node* node, const ibv_wc& wc, comp
     note_finished(n, ec, wc, true, n->qp ? &n->qp->counts_ : nullptr);
   n->state = node_state::done;
   n->complete(n, ec, wc, mode);
+}
+
+inline void queue_pair_impl::start_open(wr_node* n) {
+  work_queue& q = queue_of(n);
+  if (!q.waiting.empty() || q.credits < n->credits) [[unlikely]]
+    return wait_for_credit(n, q);
+  submit(n);
 }
 
 inline void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, completion_mode mode) {
@@ -199,10 +225,23 @@ inline void queue_pair_impl::on_completion(wr_node* n, const ibv_wc& wc, complet
     --sq_.outstanding;
     n->pending = 0;
     sent_.pop();
-    return finish_node(n, n->first_error, nullptr, mode);
+    return finish_node(n, nullptr, mode);
   }
   on_completion_slow(n, wc, mode);
 }
+/// Whether an operation's `prepare` refused it: an `errc` (errc{}: accepted; what the data path's kinds return,
+/// in a register, so that qp_start needs no frame of its own) or an `error_code`.
+inline bool refused(errc e) noexcept { return e != errc{}; }
+inline bool refused(const error_code& ec) noexcept { return static_cast<bool>(ec); }
+
+template <class Op>
+void qp_start(queue_pair_impl* qp, wr_node* node, const Op& op) {
+  const auto refusal = op.prepare(qp, *node);
+  if (refused(refusal)) [[unlikely]]
+    return qp->refuse(node, refusal);
+  qp->start(node);
+}
+
 /// Whether the receive completion `wc` consumed a send-with-invalidate (dataplane/ops/recv_op.cpp).
 bool received_invalidation(const ibv_wc& wc) noexcept;
 

@@ -5,11 +5,11 @@
 #include "dataplane/cq_impl.hpp"
 #include "dataplane/dispatch_turn.hpp"
 #include "dataplane/grh_slots.hpp"
-#include "verbs/device_internal.hpp"
-#include "dataplane/qp_impl.hpp"
-#include "events/qp_registry.hpp"
-#include "dataplane/srq_impl.hpp"
 #include "dataplane/ops/work_request.hpp"
+#include "dataplane/qp_impl.hpp"
+#include "dataplane/srq_impl.hpp"
+#include "events/qp_registry.hpp"
+#include "verbs/device_internal.hpp"
 #include "windows/remote_invalidation.hpp"
 
 #include <boost/asio/error.hpp>
@@ -33,10 +33,6 @@ void cancel_node(wr_node* node, boost::asio::cancellation_type type) noexcept {
 void qp_on_completion(queue_pair_impl* qp, wr_node* node, const ibv_wc& wc, completion_mode mode) {
   qp->on_completion(node, wc, mode);
 }
-
-void qp_start(queue_pair_impl* qp, wr_node* node, error_code ec) { qp->start(node, ec); }
-
-const boost::asio::any_io_executor& qp_executor(const queue_pair_impl* qp) noexcept { return qp->send_cq_->executor_; }
 
 // --- preparing work requests (validation happens here, before anything is posted) ---
 
@@ -74,15 +70,15 @@ void explain_inline_refusal(ibv_pd* pd, ibv_qp_init_attr init) {
     (qp_accepted(pd, init) ? accepted : refused) = mid;
   }
   throw system_error(make_error_code(errc::device_limit_exceeded),
-                     "queue_pair_options::max_inline_data = " + std::to_string(asked) + " exceeds the limit of device " +
-                         ibv_get_device_name(pd->context->device) + ", " + std::to_string(accepted) +
+                     "queue_pair_options::max_inline_data = " + std::to_string(asked) +
+                         " exceeds the limit of device " + ibv_get_device_name(pd->context->device) + ", " +
+                         std::to_string(accepted) +
                          " bytes (ibv_create_qp refused it with EINVAL; the limit was found by trying smaller sizes): "
-                         "lower max_inline_data to at most " + std::to_string(accepted) +
-                         " (larger sends and writes go from registered memory, not inline)");
+                         "lower max_inline_data to at most " +
+                         std::to_string(accepted) + " (larger sends and writes go from registered memory, not inline)");
 }
 
 }  // namespace
-
 
 // --- queue_pair_impl ---
 
@@ -168,9 +164,10 @@ queue_pair_impl::queue_pair_impl(ibv_pd* pd, cq_impl& send_cq, cq_impl& recv_cq,
     qp_ = ibv_create_qp(pd, &init);
     const error_code created = verbs_null_result(qp_);
     if (created == boost::system::errc::invalid_argument) explain_inline_refusal(pd, asked);
-    throw_on_error(created, std::string("ibv_create_qp(") + (datagram ? "UD" : "RC") + ", max_send_wr=" + std::to_string(options.max_send_wr) +
-                                               ", max_recv_wr=" + std::to_string(options.max_recv_wr) +
-                                               ", max_inline_data=" + std::to_string(options.max_inline_data) + ")");
+    throw_on_error(created, std::string("ibv_create_qp(") + (datagram ? "UD" : "RC") +
+                                ", max_send_wr=" + std::to_string(options.max_send_wr) +
+                                ", max_recv_wr=" + std::to_string(options.max_recv_wr) +
+                                ", max_inline_data=" + std::to_string(options.max_inline_data) + ")");
     // The provider may grant more than asked; credits follow what we asked for (the CQ reservation).
     sq_.credits = std::min(init.cap.max_send_wr, options.max_send_wr);
     rq_.credits = std::min(init.cap.max_recv_wr, options_.max_recv_wr);
@@ -216,7 +213,7 @@ queue_pair_impl::~queue_pair_impl() {
   // Destroyed by a retired operation's handler: the others are complete; their handlers are posted.
   if (destroyed_) *destroyed_ = true;
   while (wr_node* a = retired_.pop())
-    finish_node(a, a->first_error, nullptr, completion_mode::post);
+    finish_node(a, nullptr, completion_mode::post);
   // First: from here on no device event touches this queue pair from another thread.
   unregister_qp(registration_);
   if (sq_.outstanding || rq_.outstanding) {
@@ -282,21 +279,20 @@ void queue_pair_impl::fail(wr_node* n, error_code ec) {
   n->complete(n, ec, nullptr, completion_mode::post);
 }
 
-void queue_pair_impl::start(wr_node* n, error_code ec) {
-  if (ec) return fail(n, ec);
-  if (gates_) [[unlikely]] {
-    if (gates_ & gate_in_error) return flush_after_posted(n);
-    if (!n->is_recv) return fail(n, errc::queue_pair_not_ready);
-  }
-  work_queue& q = queue_of(n);
-  if (!q.waiting.empty() || q.credits < n->credits) {
-    n->state = node_state::waiting_credit;
-    q.waiting.push(n);
-    if (metrics_on()) [[unlikely]]
-      note_credit_wait(n->is_recv, &counts_);
-    return;
-  }
-  submit(n);
+void queue_pair_impl::refuse(wr_node* n, error_code ec) { fail(n, ec); }
+void queue_pair_impl::refuse(wr_node* n, errc e) { fail(n, e); }
+
+void queue_pair_impl::start_gated(wr_node* n) {
+  if (gates_ & gate_in_error) return flush_after_posted(n);
+  if (!n->is_recv) return fail(n, errc::queue_pair_not_ready);
+  start_open(n);
+}
+
+void queue_pair_impl::wait_for_credit(wr_node* n, work_queue& q) {
+  n->state = node_state::waiting_credit;
+  q.waiting.push(n);
+  if (metrics_on()) [[unlikely]]
+    note_credit_wait(n->is_recv, &counts_);
 }
 
 void queue_pair_impl::pump(work_queue& q) {
@@ -373,9 +369,9 @@ void queue_pair_impl::on_completion_slow(wr_node* n, const ibv_wc& wc, completio
   if (q.outstanding == 0 && !q.flushed.empty()) [[unlikely]]
     fail_flushed(q);
   // Handlers run last: one of them may destroy this queue pair.
-  if (alone) return finish_node(n, n->first_error, nullptr, mode);  // as run_retired() would, with nothing after it
+  if (alone) return finish_node(n, nullptr, mode);  // as run_retired() would, with nothing after it
   if (!n->is_recv) return run_retired(mode);
-  if (last) finish_node(n, n->first_error, &wc, mode);
+  if (last) finish_node(n, &wc, mode);
 }
 
 void queue_pair_impl::run_retired(completion_mode mode) {
@@ -387,7 +383,7 @@ void queue_pair_impl::run_retired(completion_mode mode) {
   bool* const outer = std::exchange(destroyed_, &destroyed);
   try {
     while (wr_node* a = retired_.pop()) {
-      finish_node(a, a->first_error, nullptr, mode);  // a send's result needs no work completion (ops/results.hpp)
+      finish_node(a, nullptr, mode);  // a send's result needs no work completion (ops/results.hpp)
       if (destroyed) {
         if (outer) *outer = true;
         return;
@@ -400,7 +396,7 @@ void queue_pair_impl::run_retired(completion_mode mode) {
     }
     destroyed_ = outer;
     while (wr_node* a = retired_.pop())
-      finish_node(a, a->first_error, nullptr, completion_mode::post);
+      finish_node(a, nullptr, completion_mode::post);
     throw;
   }
   destroyed_ = outer;
@@ -468,11 +464,9 @@ void qp_on_async_error(queue_pair_impl* qp, const error_code& cause) { qp->on_as
 
 error_code queue_pair_impl::reset(std::string* why) noexcept {
   if (sq_.outstanding || rq_.outstanding || !batch_.empty()) {
-    if (why)
-      try {
-        *why = "queue_pair::reset (qp " + std::to_string(qp_->qp_num) + "): " +
-               std::to_string(sq_.outstanding + batch_.size) +
-               " send and " + std::to_string(rq_.outstanding) +
+    if (why) try {
+        *why = "queue_pair::reset (qp " + std::to_string(qp_->qp_num) +
+               "): " + std::to_string(sq_.outstanding + batch_.size) + " send and " + std::to_string(rq_.outstanding) +
                " receive requests are still outstanding, and RESET would discard them with their handlers never "
                "run: reset once every handler has run (after an error, the flushed requests complete with "
                "wr_flush_err in the next dispatch turns)";
@@ -504,7 +498,9 @@ queue_pair::queue_pair(protection_domain& pd, completion_queue& cq, const queue_
 queue_pair::queue_pair(protection_domain& pd, completion_queue& send_cq, completion_queue& recv_cq,
                        const queue_pair_options& options) {
   if (!pd) throw system_error(errno_code(EBADF), "queue_pair: the protection domain is not open");
-  impl_ = std::make_unique<detail::queue_pair_impl>(pd.native_handle(), *detail::impl_of(send_cq), *detail::impl_of(recv_cq), options);
+  impl_ = std::make_unique<detail::queue_pair_impl>(pd.native_handle(), *detail::impl_of(send_cq),
+                                                    *detail::impl_of(recv_cq), options);
+  io_executor_ = &impl_->send_cq_->executor_;
 }
 
 queue_pair::queue_pair(queue_pair&&) noexcept = default;
@@ -514,7 +510,9 @@ queue_pair::~queue_pair() = default;
 queue_pair::executor_type queue_pair::get_executor() const noexcept { return impl_->send_cq_->executor_; }
 ibv_qp* queue_pair::native_handle() const noexcept { return impl_ ? impl_->qp_ : nullptr; }
 std::uint32_t queue_pair::qp_num() const noexcept { return impl_ ? impl_->qp_->qp_num : 0; }
-metrics::queue_counters queue_pair::counters() const noexcept { return impl_ ? impl_->counts_.read() : metrics::queue_counters{}; }
+metrics::queue_counters queue_pair::counters() const noexcept {
+  return impl_ ? impl_->counts_.read() : metrics::queue_counters{};
+}
 error_code queue_pair::error() const noexcept { return impl_ ? impl_->error_ : error_code{}; }
 std::size_t queue_pair::sends_outstanding() const noexcept {
   return impl_ ? impl_->sq_.outstanding + impl_->batch_.size : 0;
@@ -628,7 +626,7 @@ const char* queue_pair::connect_steps(const queue_pair_address& remote, error_co
     rtr.ah_attr.grh.hop_limit = 64;
   }
   if (!modify(rtr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+                       IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
     return "INIT->RTR";
 
   ibv_qp_attr rts{};
@@ -638,8 +636,8 @@ const char* queue_pair::connect_steps(const queue_pair_address& remote, error_co
   rts.rnr_retry = o.rnr_retry;
   rts.sq_psn = q.psn_;
   rts.max_rd_atomic = o.max_rd_atomic;
-  if (!modify(rts,
-              IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
+  if (!modify(rts, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                       IBV_QP_MAX_QP_RD_ATOMIC))
     return "RTR->RTS";
   q.note_state(IBV_QPS_RTS);
   return nullptr;

@@ -111,6 +111,7 @@ error_code bind_op::prepare(queue_pair_impl* q, wr_node& n) const {
   bind.bind_mw.bind_info.mw_access_flags = static_cast<unsigned>(to_verbs(rights));
   n.key = {addr, length, 0};
   if (w->type == window_type::type1) {
+    bind.bind_mw.rkey = 0;  // ibv_bind_mw picks the next key (post_type1_bind)
     n.post = &post_type1_bind;
   } else {
     bind.bind_mw.rkey = n.key.rkey = ibv_inc_rkey(w->mw->rkey);
@@ -135,5 +136,8 @@ error_code bind_op::prepare(queue_pair_impl* q, wr_node& n) const {
   n.on_complete = &on_bind_complete;
   return {};
 }
+
+// The initiating functions' one call into the library (qp_start.hpp): prepare, then start.
+template void qp_start(queue_pair_impl*, wr_node*, const bind_op&);
 
 }  // namespace coverbs::detail

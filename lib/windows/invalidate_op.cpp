@@ -45,6 +45,7 @@ error_code prepare_invalidate(queue_pair_impl* q, wr_node& n, window_impl* w) {
     // A zero-length bind: the window gets a new key that grants nothing. The provider still reads the
     // region's lkey, so name the region of the current binding.
     n.wr.send.opcode = IBV_WR_BIND_MW;
+    n.wr.send.bind_mw = {};  // not cleared by wr_node's constructor
     n.wr.send.bind_mw.bind_info.mr = w->mr;
     n.post = &post_type1_bind;
   } else {
@@ -67,5 +68,9 @@ error_code invalidate_rkey_op::prepare(queue_pair_impl* q, wr_node& n) const {
   if (!w) return errc::rkey_not_a_window;
   return prepare_invalidate(q, n, w);
 }
+
+// The initiating functions' one call into the library (qp_start.hpp): prepare, then start.
+template void qp_start(queue_pair_impl*, wr_node*, const invalidate_window_op&);
+template void qp_start(queue_pair_impl*, wr_node*, const invalidate_rkey_op&);
 
 }  // namespace coverbs::detail

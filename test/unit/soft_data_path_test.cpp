@@ -6,6 +6,7 @@
 #include "fixtures/soft_pair.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
@@ -100,6 +101,40 @@ TEST_CASE("a write moves its bytes and a coroutine resumes on the queue's execut
       asio::detached);
   run_all(io);
   CHECK(finished == 1);
+}
+
+TEST_CASE("a refused operation bound to a cancellation slot completes with its refusal and leaves the slot empty",
+          "[soft]") {
+  // The initiating function connects the handler's slot before the operation is validated: a refusal completes
+  // the operation at once (its handler posted), which must disconnect it again, or a later emit would reach
+  // the freed operation (AddressSanitizer reports it in the sanitizer leg).
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 16, 4096);
+  asio::cancellation_signal signal;
+  std::optional<cv::error_code> refused;
+  rig.a.async_write(rig.local_span(64), rig.remote_key(8),  // 64 bytes into an 8-byte range
+                    asio::bind_cancellation_slot(signal.slot(), [&](cv::error_code ec, std::size_t bytes) {
+                      refused = ec;
+                      CHECK(bytes == 0);
+                    }));
+  CHECK_FALSE(refused);  // posted, never inline
+  CHECK_FALSE(signal.slot().has_handler());
+  signal.emit(asio::cancellation_type::terminal);
+  run_all(io);
+  REQUIRE(refused);
+  CHECK(*refused == cv::errc::remote_range_too_small);
+  // The queue pair is untouched: the next write, with the same slot connected, completes.
+  std::optional<cv::error_code> written;
+  rig.a.async_write(rig.local_span(64), rig.remote_key(64),
+                    asio::bind_cancellation_slot(signal.slot(), [&](cv::error_code ec, std::size_t bytes) {
+                      written = ec;
+                      CHECK(bytes == 64);
+                    }));
+  CHECK(signal.slot().has_handler());
+  run_all(io);
+  REQUIRE(written);
+  CHECK(*written == cv::error_code{});
+  CHECK_FALSE(signal.slot().has_handler());
 }
 
 TEST_CASE("more operations than the send-queue depth wait for credits, which completions return", "[soft]") {

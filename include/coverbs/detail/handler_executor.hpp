@@ -2,12 +2,12 @@
 // Whether a completion handler brings an executor of its own (a coroutine's use_awaitable, bind_executor,
 // a strand, use_future's), as opposed to a plain callback, whose associated executor is only the default.
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/execution/executor.hpp>
 #include <boost/asio/execution_context.hpp>
-#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/is_executor.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -39,11 +39,22 @@ inline const boost::asio::io_context::executor_type* held_io_executor(const boos
 /// `typeid` comparisons, which compare the types' names (natively ~50 instructions per operation). The fast
 /// path is taken only when both `type_info`s are the very object `typeid` names here, which proves the type;
 /// anything else falls back to `==`.
+///
+/// Where Asio leaves the members it stores a held executor in public (`target_`, and `target_fns_`, the held
+/// type's function table: Boost 1.81), two executors that share one table hold the same type, and one call of
+/// that table's `target_type` proves it: half the calls, ~20 instructions less per operation.
 template <class Executor>
 bool same_executor(const Executor& a, const Executor& b) noexcept {
   if constexpr (std::is_same_v<Executor, boost::asio::any_io_executor>) {
     using io_executor = boost::asio::io_context::executor_type;
     const std::type_info& held = typeid(io_executor);
+    if constexpr (requires {
+                    a.target_fns_->target_type();
+                    a.target_;
+                  }) {
+      if (a.target_fns_ == b.target_fns_ && a.target_ && b.target_ && &a.target_fns_->target_type() == &held)
+        return *static_cast<const io_executor*>(a.target_) == *static_cast<const io_executor*>(b.target_);
+    }
     if (&a.target_type() == &held && &b.target_type() == &held)
       return *static_cast<const io_executor*>(a.template target<void>()) ==
              *static_cast<const io_executor*>(b.template target<void>());
@@ -59,8 +70,9 @@ inline constexpr bool is_any_executor_v =
 /// An executor, or an execution context (e.g. an `io_context`) standing for its executor: what Asio's I/O
 /// objects and operations accept.
 template <class T>
-concept executor_or_context = is_any_executor_v<std::remove_cvref_t<T>> ||
-                              std::is_convertible_v<std::remove_cvref_t<T>&, boost::asio::execution_context&>;
+concept executor_or_context =
+    is_any_executor_v<std::remove_cvref_t<T>> || std::is_convertible_v < std::remove_cvref_t<T>
+&, boost::asio::execution_context& > ;
 
 /// The executor of an executor-or-context argument.
 template <class T>
@@ -82,7 +94,6 @@ using executor_of_t = std::remove_cvref_t<decltype(executor_of(std::declval<T&>(
 /// `||` / `&&` operators of `asio::experimental::awaitable_operators` — pass `asio::use_awaitable`.
 template <class Executor>
 using default_token_t = std::conditional_t<std::is_void_v<boost::asio::default_completion_token_t<Executor>>,
-                                           boost::asio::deferred_t,
-                                           boost::asio::default_completion_token_t<Executor>>;
+                                           boost::asio::deferred_t, boost::asio::default_completion_token_t<Executor>>;
 
 }  // namespace coverbs::detail

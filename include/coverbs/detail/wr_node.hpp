@@ -23,7 +23,9 @@
 
 #include <infiniband/verbs.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <new>
 #include <optional>
@@ -51,8 +53,8 @@ enum class node_state : std::uint8_t { waiting_credit, batched, posted, done };
 /// Base of every operation: its address is the wr_id of the (last) work request it posts.
 struct wr_node {
   /// Completes the operation: frees the node, then hands `ec` and the result to the handler on its
-  /// executor as `mode` says.
-  using complete_fn = void (*)(wr_node*, error_code ec, const ibv_wc* wc, completion_mode mode);
+  /// executor as `mode` says. `ec` may be the node's own `first_error`: it is read before the node is freed.
+  using complete_fn = void (*)(wr_node*, const error_code& ec, const ibv_wc* wc, completion_mode mode);
 
   complete_fn complete = nullptr;
   queue_pair_impl* qp = nullptr;
@@ -68,14 +70,19 @@ struct wr_node {
   std::uint32_t credits = 1;
   std::uint32_t pending = 0;  // completions still to come
   error_code first_error;
+  /// Cleared up to `wr_cleared` by the constructor: every field a work request but a window bind reads. The
+  /// bind's fields (`send.bind_mw`, which shares the tail with `send.tso`) are left to the operations that
+  /// post a bind, which set them all (ops/bind_op.hpp, ops/invalidate_op.hpp): clearing the whole 128 bytes
+  /// cost a write 16 more instructions (a `rep stos`).
   union {
     ibv_send_wr send;
     ibv_recv_wr recv;
-  } wr{};
-  static_assert(sizeof(ibv_send_wr) >= sizeof(ibv_recv_wr));
+  } wr;
+  static constexpr std::size_t wr_cleared = offsetof(ibv_send_wr, bind_mw);
+  static_assert(sizeof(ibv_recv_wr) <= wr_cleared, "a receive's work request is cleared whole");
   union {
     ibv_send_wr chain[1];  // a second work request, for chains of two (invalidate + bind): left uninitialized
-                          // here (it is large and rarely used); whoever chains it fills it whole
+                           // here (it is large and rarely used); whoever chains it fills it whole
     ibv_sge sg[max_spans_per_operation];  // the scatter/gather list of an operation over several spans
   };
   static_assert(sizeof(chain) >= sizeof(sg), "the scatter/gather list shares the chain's room");
@@ -92,7 +99,7 @@ struct wr_node {
   void (*on_complete)(wr_node* self, error_code& ec) = nullptr;
   void* context = nullptr;  // for post / on_complete
 
-  wr_node() noexcept {}  // `wr` is zeroed by its initializer (its first member is the larger)
+  wr_node() noexcept { std::memset(static_cast<void*>(&wr), 0, wr_cleared); }
 };
 
 /// Cancellation: called from the handler's cancellation slot.

@@ -52,13 +52,15 @@ public:
     using other = node_allocator<U>;
   };
   template <class U>
-  bool operator==(const node_allocator<U>&) const noexcept { return true; }
+  bool operator==(const node_allocator<U>&) const noexcept {
+    return true;
+  }
 
   T* allocate(std::size_t n) {
     const std::size_t size = n * sizeof(T);
     if constexpr (!cached()) {
       if constexpr (alignof(T) > header)
-        return static_cast<T*>(::operator new(size, std::align_val_t{alignof(T)}));
+        return static_cast<T*>(::operator new (size, std::align_val_t{alignof(T)}));
       else
         return static_cast<T*>(::operator new(size));
     } else {
@@ -77,7 +79,7 @@ public:
   void deallocate(T* p, std::size_t) noexcept {
     if constexpr (!cached()) {
       if constexpr (alignof(T) > header)
-        ::operator delete(p, std::align_val_t{alignof(T)});
+        ::operator delete (p, std::align_val_t{alignof(T)});
       else
         ::operator delete(p);
     } else {
@@ -109,12 +111,13 @@ private:
   static constexpr bool cached() noexcept { return alignof(T) <= header && !node_allocator_sanitized; }
 };
 
-/// An operation of kind `Op` (a type of ops/: `Op::completion::result` makes the completion arguments) owning its handler, allocated with the handler's associated allocator. Outstanding work:
-/// as in Asio's own I/O operations, the I/O object's executor needs none per operation — the completion
-/// queue's readiness wait or posted step keeps it busy while any work request is outstanding — so a
-/// handler whose associated executor is the I/O executor (the default: plain callbacks; a coroutine on
-/// the queue's executor) costs no tracked-work executor copy. A handler with an executor of its own (a
-/// strand, another loop, `use_future`'s) keeps that one busy (outstanding_work.tracked) until it runs.
+/// An operation of kind `Op` (a type of ops/: `Op::completion::result` makes the completion arguments) owning its
+/// handler, allocated with the handler's associated allocator. Outstanding work: as in Asio's own I/O operations, the
+/// I/O object's executor needs none per operation — the completion queue's readiness wait or posted step keeps it busy
+/// while any work request is outstanding — so a handler whose associated executor is the I/O executor (the default:
+/// plain callbacks; a coroutine on the queue's executor) costs no tracked-work executor copy. A handler with an
+/// executor of its own (a strand, another loop, `use_future`'s) keeps that one busy (outstanding_work.tracked) until it
+/// runs.
 ///
 /// `io_ex` is the I/O object's executor; it outlives the operation (a completion queue outlives its queue
 /// pairs and shared receive queues, whose destructors complete every operation).
@@ -124,8 +127,8 @@ public:
   using handler_executor = boost::asio::associated_executor_t<Handler, IoExecutor>;
   using work_executor = std::decay_t<decltype(boost::asio::prefer(std::declval<handler_executor>(),
                                                                   boost::asio::execution::outstanding_work.tracked))>;
-  using allocator_type = typename std::allocator_traits<boost::asio::associated_allocator_t<
-      Handler, node_allocator<void>>>::template rebind_alloc<wr_op>;
+  using allocator_type = typename std::allocator_traits<
+      boost::asio::associated_allocator_t<Handler, node_allocator<void>>>::template rebind_alloc<wr_op>;
 
   /// `handler`: the handler, moved from an rvalue, copied from an lvalue (a callback passed by name).
   template <class H>
@@ -170,7 +173,7 @@ private:
     }
   }
 
-  static void do_complete(wr_node* base, error_code ec, const ibv_wc* wc, completion_mode mode) {
+  static void do_complete(wr_node* base, const error_code& ec, const ibv_wc* wc, completion_mode mode) {
     auto* self = static_cast<wr_op*>(base);
     auto slot = boost::asio::get_associated_cancellation_slot(self->handler_);
     if (slot.is_connected()) slot.clear();

@@ -8,7 +8,7 @@
 
 namespace coverbs::detail {
 
-error_code atomic_op::prepare(queue_pair_impl* qp, wr_node& n) const {
+errc atomic_op::prepare(queue_pair_impl* qp, wr_node& n) const {
   n.wr.send.opcode = opcode;  // the kind, before any refusal (metrics count a refused operation by it)
   if (!qp->atomics_) return errc::atomics_unsupported;
   if (result_buffer.size() < 8) return errc::buffer_too_small;
@@ -28,5 +28,8 @@ std::uint64_t atomic_old_value(const wr_node& n) noexcept {
   if (n.atomic_result) std::memcpy(&v, n.atomic_result, sizeof v);
   return v;
 }
+
+// The initiating functions' one call into the library (qp_start.hpp): prepare, then start.
+template void qp_start(queue_pair_impl*, wr_node*, const atomic_op&);
 
 }  // namespace coverbs::detail

@@ -147,4 +147,10 @@ datagram_sender sender_of(const wr_node& n, const ibv_wc& wc, std::uint32_t qkey
   return s;
 }
 
+// The initiating functions' one call into the library (qp_start.hpp): prepare, then start.
+template void qp_start(queue_pair_impl*, wr_node*, const datagram_send_op<registered_span>&);
+template void qp_start(queue_pair_impl*, wr_node*, const datagram_send_op<span_list>&);
+template void qp_start(queue_pair_impl*, wr_node*, const datagram_recv_op<registered_span>&);
+template void qp_start(queue_pair_impl*, wr_node*, const datagram_recv_op<span_list>&);
+
 }  // namespace coverbs::detail

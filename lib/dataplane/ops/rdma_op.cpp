@@ -8,7 +8,7 @@
 
 namespace coverbs::detail {
 
-error_code rdma_op::prepare(queue_pair_impl* qp, wr_node& n) const {
+errc rdma_op::prepare(queue_pair_impl* qp, wr_node& n) const {
   n.wr.send.opcode = opcode;  // the kind, before any refusal (metrics count a refused operation by it)
   if (local.size() > qp->max_message_) return errc::message_too_long;
   if (remote.length < local.size()) return errc::remote_range_too_small;
@@ -18,5 +18,8 @@ error_code rdma_op::prepare(queue_pair_impl* qp, wr_node& n) const {
   wr.wr.rdma.rkey = remote.rkey;
   return {};
 }
+
+// The initiating functions' one call into the library (qp_start.hpp): prepare, then start.
+template void qp_start(queue_pair_impl*, wr_node*, const rdma_op&);
 
 }  // namespace coverbs::detail

@@ -8,7 +8,7 @@
 
 namespace coverbs::detail {
 
-error_code recv_op::prepare(queue_pair_impl* qp, wr_node& n) const {
+errc recv_op::prepare(queue_pair_impl* qp, wr_node& n) const {
   n.is_recv = true;  // the kind, before any refusal (metrics count a refused operation by it)
   if (qp->srq_) return errc::receive_queue_is_shared;
   return fill_recv(n, buf);
@@ -31,5 +31,8 @@ received received_of(const ibv_wc* wc) noexcept {
   r.rdma_with_imm = wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM;
   return r;
 }
+
+// The initiating functions' one call into the library (qp_start.hpp): prepare, then start.
+template void qp_start(queue_pair_impl*, wr_node*, const recv_op&);
 
 }  // namespace coverbs::detail

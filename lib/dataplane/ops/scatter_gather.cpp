@@ -57,4 +57,9 @@ error_code scatter_srq_recv_op::prepare(shared_receive_queue_impl* srq, wr_node&
   return {};
 }
 
+// The initiating functions' one call into the library (qp_start.hpp): prepare, then start.
+template void qp_start(queue_pair_impl*, wr_node*, const gather_send_op&);
+template void qp_start(queue_pair_impl*, wr_node*, const scatter_gather_rdma_op&);
+template void qp_start(queue_pair_impl*, wr_node*, const scatter_recv_op&);
+
 }  // namespace coverbs::detail

@@ -8,7 +8,7 @@
 
 namespace coverbs::detail {
 
-error_code send_op::prepare(queue_pair_impl* qp, wr_node& n) const {
+errc send_op::prepare(queue_pair_impl* qp, wr_node& n) const {
   n.wr.send.opcode = opcode;  // the kind, before any refusal (metrics count a refused operation by it)
   if (buf.size() > qp->max_message_) return errc::message_too_long;
   ibv_send_wr& wr = fill_send(qp, n, buf, opcode);
@@ -16,5 +16,8 @@ error_code send_op::prepare(queue_pair_impl* qp, wr_node& n) const {
   if (opcode == IBV_WR_SEND_WITH_INV) wr.invalidate_rkey = imm_or_rkey;
   return {};
 }
+
+// The initiating functions' one call into the library (qp_start.hpp): prepare, then start.
+template void qp_start(queue_pair_impl*, wr_node*, const send_op&);
 
 }  // namespace coverbs::detail

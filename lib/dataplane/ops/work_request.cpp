@@ -4,7 +4,7 @@
 
 namespace coverbs::detail {
 
-error_code fill_recv(wr_node& n, const registered_span& buf) {
+errc fill_recv(wr_node& n, const registered_span& buf) {
   if (buf.size() > max_message) return errc::message_too_long;
   n.is_recv = true;
   n.sge = buf.to_sge();

@@ -33,7 +33,7 @@ inline ibv_send_wr& fill_send(queue_pair_impl* qp, wr_node& n, const registered_
 }
 
 /// Fills the receive work request of `n` (wr_id = n) over `buf`; `errc::message_too_long` above 2^31 bytes.
-error_code fill_recv(wr_node& n, const registered_span& buf);
+errc fill_recv(wr_node& n, const registered_span& buf);
 
 // --- over a list of spans (wr_node::sg): scatter/gather and datagram operations ---
 

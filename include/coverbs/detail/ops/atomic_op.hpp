@@ -22,7 +22,7 @@ struct atomic_op {
   std::uint64_t swap = 0;         ///< compare_swap's new value
 
   /// `errc::misaligned_atomic`, `errc::buffer_too_small`, `errc::atomics_unsupported` before posting.
-  error_code prepare(queue_pair_impl* qp, wr_node& n) const;
+  errc prepare(queue_pair_impl* qp, wr_node& n) const;  // errc{}: accepted
 
   /// The completion arguments.
   struct completion {

@@ -17,7 +17,7 @@ struct rdma_op {
   std::uint32_t imm = 0;  ///< immediate data of a write_with_imm (host byte order)
 
   /// `errc::message_too_long`, `errc::remote_range_too_small` before posting; fills `n.wr.send`.
-  error_code prepare(queue_pair_impl* qp, wr_node& n) const;
+  errc prepare(queue_pair_impl* qp, wr_node& n) const;  // errc{}: accepted
 };
 
 }  // namespace coverbs::detail

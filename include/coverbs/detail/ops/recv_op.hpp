@@ -17,7 +17,7 @@ struct recv_op {
   registered_span buf;
 
   /// `errc::receive_queue_is_shared`, `errc::message_too_long` before posting; fills `n.wr.recv`.
-  error_code prepare(queue_pair_impl* qp, wr_node& n) const;
+  errc prepare(queue_pair_impl* qp, wr_node& n) const;  // errc{}: accepted
 
   /// The completion arguments.
   struct completion {

@@ -17,7 +17,7 @@ struct send_op {
   std::uint32_t imm_or_rkey = 0;  ///< immediate data (host byte order) or the rkey to invalidate at the peer
 
   /// `errc::message_too_long` above the port's max_msg_sz; fills `n.wr.send` (inline when it fits).
-  error_code prepare(queue_pair_impl* qp, wr_node& n) const;
+  errc prepare(queue_pair_impl* qp, wr_node& n) const;  // errc{}: accepted
 };
 
 }  // namespace coverbs::detail
