@@ -8,8 +8,8 @@
 
 namespace coverbs::detail {
 
-// Here, beside submit and post_batch, so that an operation's way from its initiating function to the device is
-// one call into this file, with no frame of its own to set up on the way.
+// Here, beside submit and post_batch, so that start, submit and the lone request's post are one function with
+// one frame (the gates, the credit wait, the list and the refusals are calls of their own).
 void queue_pair_impl::start(wr_node* n) {
   if (gates_) [[unlikely]]
     return start_gated(n);

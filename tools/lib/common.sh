@@ -10,6 +10,9 @@ COVERBS_CACHE=${COVERBS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/coverbs}
 COVERBS_GUEST_DIR=$COVERBS_CACHE/guest
 COVERBS_LOG_DIR=$COVERBS_CACHE/logs
 mkdir -p "$COVERBS_LOG_DIR"
+# run_folder PREFIX: makes a new folder PREFIX.XXXXXX in $COVERBS_CACHE/runs (made first: a fresh machine has
+# none until a guest has run) and prints its path.
+run_folder() { mkdir -p "$COVERBS_CACHE/runs" && mktemp -d "$COVERBS_CACHE/runs/$1.XXXXXX"; }
 
 # The guest image depends on these files; a change to any of them rebuilds it.
 guest_stamp() {

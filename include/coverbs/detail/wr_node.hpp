@@ -72,7 +72,7 @@ struct wr_node {
   error_code first_error;
   /// Cleared up to `wr_cleared` by the constructor: every field a work request but a window bind reads. The
   /// bind's fields (`send.bind_mw`, which shares the tail with `send.tso`) are left to the operations that
-  /// post a bind, which set them all (ops/bind_op.hpp, ops/invalidate_op.hpp): clearing the whole 128 bytes
+  /// post a bind, which set them all (lib/windows/bind_op.cpp, invalidate_op.cpp): clearing the whole 128 bytes
   /// cost a write 16 more instructions (a `rep stos`).
   union {
     ibv_send_wr send;
