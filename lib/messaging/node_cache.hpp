@@ -35,17 +35,18 @@ public:
   bool operator==(const node_cache_allocator<U>&) const noexcept { return true; }
 
 private:
-  // Trivially destructible and constant-initialized, so reaching it costs one thread-local access and no guard
-  // (the drainer, which has a destructor, is made by the first push only); a node freed after the thread's drainer
-  // ran (another thread-local object's destructor) still finds the list, closed, and goes back to the heap.
+  // A thread's list lives on the heap, made by its first use; the thread reaches it through one initial-exec
+  // thread-local pointer (8 bytes of static TLS per node type: a `dlopen`ed libcoverbs still fits glibc's
+  // surplus, which a list of its own in static TLS, ~0.5 KiB per type, might not). Through the default model
+  // each access was a `__tls_get_addr` call, ~130 instructions per call and reply. When the thread ends, its
+  // drainer frees the nodes and the list and points the thread at `closed_`: a node freed after that (by another
+  // thread-local object's destructor) goes back to the heap.
   struct free_list {
     void* items[capacity];
     std::size_t size;
     bool closed;
-    bool armed;
     bool push(void* p) noexcept {
       if (closed || size == capacity) return false;
-      if (!armed) arm(this);
       items[size++] = p;
       return true;
     }
@@ -54,19 +55,24 @@ private:
   struct drainer {
     free_list* l;
     ~drainer() {
-      l->closed = true;
+      current_ = &closed_;
+      if (!l) return;
       while (l->size) ::operator delete(l->items[--l->size], std::align_val_t{alignof(T)});
+      delete l;
     }
   };
-  [[gnu::noinline]] static void arm(free_list* l) noexcept {
-    l->armed = true;
-    static thread_local drainer d{l};  // empties the list when the thread ends
-    (void)d;
+  [[gnu::noinline, gnu::cold]] static free_list& make() noexcept {
+    static thread_local drainer d{new (std::nothrow) free_list{}};  // frees the list when the thread ends
+    current_ = d.l ? d.l : &closed_;  // no memory for a list: this thread uses the heap only
+    return *current_;
   }
   static free_list& list() noexcept {
-    static thread_local constinit free_list l{};
-    return l;
+    if (free_list* l = current_) [[likely]]
+      return *l;
+    return make();
   }
+  [[gnu::tls_model("initial-exec")]] static inline constinit thread_local free_list* current_ = nullptr;
+  static inline constinit free_list closed_{{}, 0, true};  // shared by every thread, never written
 };
 
 }  // namespace coverbs::detail
