@@ -85,6 +85,10 @@ error_code bind_op::prepare(queue_pair_impl* q, wr_node& n) const {
   }
   if (ec) {
     count(window_counter::binds_failed);
+    // Refused before posting: the node still says what it was, for the metrics' kind (kind_of in
+    // lib/core/metrics.cpp tells a bind from a type-1 window's zero-length invalidation by its length).
+    n.wr.send.opcode = IBV_WR_BIND_MW;
+    n.wr.send.bind_mw.bind_info.length = 1;
     return ec;
   }
   const std::uint64_t addr = reinterpret_cast<std::uintptr_t>(mr->addr) + range.offset;

@@ -33,6 +33,7 @@ void on_invalidate_complete(wr_node* n, error_code& ec) {
 }
 
 error_code prepare_invalidate(queue_pair_impl* q, wr_node& n, window_impl* w) {
+  n.wr.send.opcode = IBV_WR_LOCAL_INV;  // refused or with nothing to do, it still counts as an invalidation
   if (error_code ec = check_window(q, w)) return ec;
   n.context = w;
   if (w->state == window_state::unbound) {
@@ -65,7 +66,10 @@ error_code invalidate_window_op::prepare(queue_pair_impl* q, wr_node& n) const {
 
 error_code invalidate_rkey_op::prepare(queue_pair_impl* q, wr_node& n) const {
   window_impl* w = find_bound(q->qp_->context, rkey);
-  if (!w) return errc::rkey_not_a_window;
+  if (!w) {
+    n.wr.send.opcode = IBV_WR_LOCAL_INV;  // counts as a refused invalidation (metrics)
+    return errc::rkey_not_a_window;
+  }
   return prepare_invalidate(q, n, w);
 }
 

@@ -1,7 +1,10 @@
 // coverbs/metrics.hpp: the snapshot's counters follow the operations a test performs, natively on the
 // software verbs device (test/fixtures/soft_verbs.hpp); off, nothing is counted. The same counts on rxe:
 // test/device/metrics_test.cpp.
+#include <coverbs/memory_region.hpp>
+#include <coverbs/memory_window.hpp>
 #include <coverbs/metrics.hpp>
+#include <coverbs/window_operations.hpp>
 
 #include "fixtures/run_all.hpp"
 #include "fixtures/soft_pair.hpp"
@@ -14,6 +17,7 @@
 #include <algorithm>
 #include <future>
 #include <thread>
+#include <vector>
 
 namespace cv = coverbs;
 namespace asio = boost::asio;
@@ -136,6 +140,34 @@ TEST_CASE("a read and an atomic refused before posting count as a failed read an
     CHECK(row(after, kind).failed - row(before, kind).failed == 1);
   }
   CHECK(row(after, metrics::op_kind::write).failed == row(before, metrics::op_kind::write).failed);
+}
+
+TEST_CASE("a refused bind, a refused invalidation and one with nothing to do count as binds and invalidations, "
+          "not as writes", "[metrics]") {
+  counting_on on;
+  asio::io_context io;
+  soft_verbs::soft_pair rig(io, 8, 64);
+  std::vector<std::byte> bytes(64);
+  cv::memory_region mr(rig.pd, bytes, cv::access::local_write | cv::access::remote_read | cv::access::mw_bind);
+  cv::memory_window w(rig.pd, cv::window_type::type2);
+  const auto before = metrics::read();
+  // 128 bytes of a 64-byte region: refused before posting.
+  cv::bind_mw(rig.a, w, mr, {0, 128}, cv::access::remote_read,
+              [](cv::error_code ec, cv::remote_key) { CHECK(ec == cv::errc::range_outside_region); });
+  // The window is unbound: nothing to do, it succeeds without posting.
+  cv::invalidate(rig.a, w, [](cv::error_code ec) { CHECK_FALSE(ec); });
+  // No window has this key: refused before posting.
+  cv::invalidate(rig.a, 0x5a5a5a5au, [](cv::error_code ec) { CHECK(ec == cv::errc::rkey_not_a_window); });
+  run_all(io);
+  const auto after = metrics::read();
+  const auto delta = [&](metrics::op_kind k, auto field) { return row(after, k).*field - row(before, k).*field; };
+  using counters = metrics::op_counters;
+  CHECK(delta(metrics::op_kind::bind, &counters::failed) == 1);
+  CHECK(delta(metrics::op_kind::invalidate, &counters::failed) == 1);
+  CHECK(delta(metrics::op_kind::invalidate, &counters::completed) == 1);
+  CHECK(delta(metrics::op_kind::invalidate, &counters::posted) == 0);
+  CHECK(delta(metrics::op_kind::write, &counters::failed) == 0);
+  CHECK(delta(metrics::op_kind::write, &counters::completed) == 0);
 }
 
 TEST_CASE("operations waiting for a send credit are counted", "[metrics]") {
