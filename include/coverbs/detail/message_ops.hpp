@@ -123,6 +123,7 @@ public:
     clear_slot();
     allocator_type alloc = get_allocator();
     auto fn = [h = std::move(handler_), ec, m = std::move(m), id]() mutable {
+      (void)id;  // a request's only
       if constexpr (std::is_void_v<Result>)
         std::move(h)(ec);
       else if constexpr (std::is_same_v<Result, inbound_request>)
