@@ -6,9 +6,10 @@
 //               [--connections N] [--depth N] [--duration-ms N] [--mode spin|events] [--loops 1|2] [--json]
 //
 // Two sides, each with its own device context, completion queue, queue pairs and registered memory (like two
-// processes), connected with connect_pair. With --loops 2 (the latency tests' default) each side has its own
-// loop, the client's on the main thread and the server's on a second one; with --loops 1 (the others' default)
-// one loop on the main thread carries both sides' completion queues and endpoints. Both latency tests run over one
+// processes), connected with connect_pair. With --loops 2 (the default of the latency tests and of call_rate) each
+// side has its own loop, the client's on the main thread and the server's on a second one, as perftest's and UCX's
+// two processes; with --loops 1 (the default of bulk and read) one loop on the main thread carries both sides'
+// completion queues and endpoints. Both latency tests run over one
 // connection with the same queue-pair options (inline up to 64 B, coverbs' default):
 //   pingpong   the client sends --size bytes, the server answers with a send of --size bytes from its receive
 //              completion, the client sends the next from its own (receives posted ahead on both sides).
@@ -93,14 +94,14 @@ config parse(int argc, char** argv) {
   app.add_option("--mode", c.mode, "busy polling (spin, default) or completion events on each completion queue")
       ->check(command_line::one_of({"spin", "events"}));
   app.add_option("--loops", c.loops,
-                 "1: one loop on one thread carries the client's and the server's endpoints (default for call_rate, "
-                 "bulk and read); 2: the server's loop runs on a second thread (default for pingpong and call_lat)")
+                 "1: one loop on one thread carries the client's and the server's endpoints (default for bulk and "
+                 "read); 2: the server's loop runs on a second thread (default for pingpong, call_lat and call_rate)")
       ->transform(command_line::count(1, 2));
   app.add_flag("--json", c.json, "print one JSON object of the figures instead of a line of text");
   bench::parse(app, argc, argv);
   if (c.test == "pingpong" || c.test == "call_lat") c.connections = c.depth = 1;
   if (c.test == "bulk" || c.test == "read") c.connections = 1;
-  if (c.loops == 0) c.loops = c.test == "pingpong" || c.test == "call_lat" ? 2 : 1;
+  if (c.loops == 0) c.loops = c.test == "pingpong" || c.test == "call_lat" || c.test == "call_rate" ? 2 : 1;
   if ((c.test == "pingpong" || c.test == "call_lat" || c.test == "call_rate") && c.size > (1u << 20))
     bench::usage_error(app, "--size above 1 MiB applies to bulk and read only (a message is at most a slot)");
   return c;
