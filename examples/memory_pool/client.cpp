@@ -47,7 +47,7 @@ void fill_pattern(std::span<std::byte> out, std::uint64_t tenant_id, int round, 
 awaitable<bool> read_and_verify(link& l, const cv::remote_key& read_key, std::uint64_t tenant_id, int round,
                                 std::size_t op, client_stats& st) {
   const cv::remote_key block = read_key.slice(op * l.size, l.size);
-  auto [ec, n] = co_await l.conn.qp().async_read(l.in_data(), block, tuple);
+  auto [ec, n] = co_await l.s.qp().async_read(l.in_data(), block, tuple);
   if (ec) throw step_failed("RDMA read through the read window: " + ec.message());
   st.bytes_read += n;
   fill_pattern(l.out().bytes, tenant_id, round, op);
@@ -63,7 +63,7 @@ awaitable<bool> write_and_verify(link& l, const message& keys, std::uint64_t ten
   for (std::size_t op = 0; op < c.ops; ++op) {
     fill_pattern(l.out().bytes, tenant_id, round, op);
     const cv::remote_key block = keys.write_key.slice(op * c.size, c.size);
-    auto [ec, n] = co_await l.conn.qp().async_write(l.out(), block, tuple);
+    auto [ec, n] = co_await l.s.qp().async_write(l.out(), block, tuple);
     if (ec) throw step_failed("RDMA write through the write window: " + ec.message());
     st.bytes_written += n;
     const bool same = co_await read_and_verify(l, keys.read_key, tenant_id, round, op, st);
@@ -96,7 +96,7 @@ awaitable<bool> use_revoked_key_and_recover(std::unique_ptr<link>& l, const mess
   bool ok = true;
   ++st.expected_errors;
   const auto t0 = clock_type::now();
-  auto [stale, n] = co_await l->conn.qp().async_write(l->out(), keys.write_key.slice(0, c.size), tuple);
+  auto [stale, n] = co_await l->s.qp().async_write(l->out(), keys.write_key.slice(0, c.size), tuple);
   if (stale == cv::wc_errc::rem_access_err) {
     ++st.expected_errors_seen;
   } else {
@@ -105,7 +105,7 @@ awaitable<bool> use_revoked_key_and_recover(std::unique_ptr<link>& l, const mess
          "a write through the revoked key gave '" + (stale ? stale.message() : std::string("success")) +
              "', not rem_access_err");
   }
-  if (!l->conn.connected() || l->conn.qp().error()) {  // a remote access error leaves it in the error state
+  if (!l->s.conn().connected() || l->s.qp().error()) {  // a remote access error leaves it in the error state
     co_await close_link(*l);
     l.reset();
     l = co_await open_link(c, st);
@@ -157,9 +157,11 @@ awaitable<void> client_session(const client_config& c, std::uint64_t tenant_id, 
   std::unique_ptr<link> l;
   try {
     l = co_await open_link(c, st);
-    if (static_cast<std::uint64_t>(c.clients) > l->slots)
+    const message status{.op = command::status};
+    const std::uint32_t slots = (co_await call(*l, status, st)).count;
+    if (static_cast<std::uint64_t>(c.clients) > slots)
       throw too_many_sessions("--clients " + std::to_string(c.clients) + " is more than the server's " +
-                              std::to_string(l->slots) +
+                              std::to_string(slots) +
                               " slots: lower --clients, or start the server with more slots (raise its "
                               "--pool-size or lower its --slot-size)");
     const message keys = co_await ask_for_keys(*l, tenant_id, c, st);

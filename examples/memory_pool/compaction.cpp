@@ -13,7 +13,7 @@ namespace memory_pool {
 using namespace std::chrono_literals;
 using statistics::us_since;
 
-awaitable<message> pool_server::wait_compaction(session& s) {
+awaitable<message> pool_server::wait_compaction(session_state& s) {
   const std::uint64_t before = generation_;
   if (s.ended) co_return message{.status = refusal::connection_ended};
   s.waiting = true;
@@ -44,7 +44,7 @@ awaitable<message> pool_server::compact(std::uint32_t waiters) {
   const auto t0 = clock_type::now();
   // 1. Revoke every key: once these complete no peer can touch the pool.
   std::uint64_t revoked = 0;
-  const std::vector<std::shared_ptr<session>> all(sessions_.begin(), sessions_.end());
+  const std::vector<std::shared_ptr<session_state>> all(sessions_.begin(), sessions_.end());
   for (const auto& s : all)
     co_await revoke(*s, revoked);
   co_await wait_until([this] { return revocations_ == 0; }, 60s);  // those begun elsewhere (sessions ending)
@@ -66,7 +66,8 @@ awaitable<message> pool_server::compact(std::uint32_t waiters) {
   std::uint64_t granted = 0;
   for (const auto& s : all) {
     const auto t = tenants_.find(s->tenant_id);
-    if (t == tenants_.end() || t->second.owner != s.get() || s->ended || !s->conn.connected() || s->conn.qp().error())
+    if (t == tenants_.end() || t->second.owner != s.get() || s->ended || !s->link.conn().connected() ||
+        s->link.qp().error())
       continue;
     const cv::error_code ec = co_await grant(*s);
     if (!ec) granted += 2;

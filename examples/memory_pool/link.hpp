@@ -1,18 +1,17 @@
 #pragma once
-// `link`: a client's connection to the server with its registered memory, and the steps every client role
-// takes on it: open (connect, register, await the hello), a request and its reply, close.
+// `link`: a client's session with the server and its registered data blocks, and the steps every client role
+// takes on it: open (connect, register), a call (a request and its reply), close.
 #include "client.hpp"
 #include "protocol.hpp"
-#include "receiver.hpp"
+
+#include "common/prelude.hpp"
 
 #include <coverbs/coverbs.hpp>
 
 #include <boost/asio/awaitable.hpp>
 
 #include <cstddef>
-#include <cstdint>
 #include <memory>
-#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -20,21 +19,18 @@ namespace memory_pool {
 
 namespace asio = boost::asio;
 using asio::awaitable;
+using example::tuple;
 
-/// A connection plus the client's registered memory in its protection domain:
-/// [inbox | outbox | out: size bytes | in: size bytes]. The region goes before the connection.
+/// A session plus the client's data blocks in its protection domain, [out: size bytes | in: size bytes]. The
+/// region goes before the session.
 struct link {
-  cv::connection conn;
+  cv::session s;
   std::vector<std::byte> memory;
   cv::memory_region mr;
-  std::optional<receiver> in;
   std::size_t size = 0;
-  std::uint32_t slots = 0;  ///< the server's slots per half (from its hello)
 
-  cv::registered_span inbox() const { return cv::span_of(mr, 0, message_bytes); }
-  cv::registered_span outbox() const { return cv::span_of(mr, message_bytes, message_bytes); }
-  cv::registered_span out() const { return cv::span_of(mr, 2 * message_bytes, size); }
-  cv::registered_span in_data() const { return cv::span_of(mr, 2 * message_bytes + size, size); }
+  cv::registered_span out() const { return cv::span_of(mr, 0, size); }
+  cv::registered_span in_data() const { return cv::span_of(mr, size, size); }
 };
 
 /// Thrown for whatever ends a session early; `what()` says which step.
@@ -42,18 +38,18 @@ struct step_failed : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Connects to the server (a refused connect is tried again for up to 10 s, at most half of --timeout),
-/// registers the link's memory, and waits for the server's hello. @throws step_failed naming the step.
+/// Connects to the server (a refused connect is tried again for up to 10 s, at most half of --timeout) and
+/// registers the link's blocks. @throws step_failed naming the step.
 awaitable<std::unique_ptr<link>> open_link(const client_config& c, client_stats& st);
 
-/// Disconnects, when still connected.
+/// Deregisters the blocks and closes the session (coverbs::session::async_close).
 awaitable<void> close_link(link& l);
 
-/// Sends `request` and waits for the reply, granted or refused. @throws step_failed on a transport error
-/// or a malformed reply.
+/// Calls with `request` and returns the reply, granted or refused. @throws step_failed on a failed call (the
+/// session's error) or a malformed reply.
 awaitable<message> exchange(link& l, message request, client_stats& st);
 
-/// Sends `request` and waits for the reply. @throws step_failed on a transport error or a refusal.
+/// As `exchange`. @throws step_failed also on a refusal.
 awaitable<message> call(link& l, message request, client_stats& st);
 
 }  // namespace memory_pool

@@ -18,15 +18,17 @@
 // A tenant belongs to the connection that asked for it; one connection may hold at most
 // --tenants-per-connection of them (default 1; past it get_keys is refused with `tenant_limit`). When a
 // connection ends — bye-less disconnect, a queue-pair error, a peer killed (its kernel disconnects its
-// rdma_cm id: RDMA_CM_EVENT_DISCONNECTED flushes the server's posted receive) — the server notices at once,
+// rdma_cm id: RDMA_CM_EVENT_DISCONNECTED flushes the receives of the session's message endpoint, where the
+// server always awaits the next request, also while it answers one) — the server notices at once,
 // even while that connection waits for a compaction, revokes its windows, and releases its tenants: each
 // slot is held --hold-seconds (default 30) for a reconnect presenting the same id (how a client recovers
 // from a revoked key, below), then freed; a new tenant that finds no free slot takes the one held longest
 // at once. A connection that presents an id another live connection holds takes the tenant over (the id,
 // 64 random bits, is the client's credential); the other connection's windows are revoked first. (A peer
 // whose host vanishes without a disconnect is noticed only when the server next sends to it: no keepalive.)
-// A request sent as a send-with-invalidate of a key the connection was not granted (coverbs reports
-// errc::foreign_remote_invalidation) is refused with `foreign_invalidation` and ends that connection.
+// A request sent as a send-with-invalidate of a key the connection was not granted fails the server's receive
+// (errc::foreign_remote_invalidation, counted in coverbs::window_statistics()): never served, it ends that
+// session alone, with that reason.
 //
 // Client: each session connects, asks for its keys, writes --ops blocks of --size bytes through the write
 // window and reads each back through the read window, comparing the bytes. With --after-compaction it
@@ -40,8 +42,9 @@
 // --grab N asks keys for N fresh ids on one connection, prints how many it got and holds them (until a
 // compaction, --timeout, or being killed): a check of --tenants-per-connection.
 //
-// Control messages are `message`s sent with IBV_WR_SEND over the same connection; the data moves with
-// RDMA write and read only. Every process prints its statistics at the end (one JSON line with --json).
+// Control messages are `message`s, the calls of a coverbs session over the same connection (the server on
+// async_serve: async_receive_request and async_reply; the clients' async_call); the data moves with RDMA
+// write and read only. Every process prints its statistics at the end (one JSON line with --json).
 // Exit status: 0 when everything held, 1 when something failed, 2 for a bad command line.
 //
 // Standalone, in the Soft-RoCE guest (rdma_cm on rxe0's address 10.77.0.1; --help prints this too):
@@ -51,10 +54,9 @@
 //     $S --connect $A --admin compact --waiting 2; wait $c
 //     $S --connect $A --admin shutdown; wait'
 //
-// The files: protocol.hpp (the control messages), receiver.hpp, server.hpp with server.cpp (connections),
-// tenants.cpp and compaction.cpp; client.hpp with link.cpp (a connection to the server), client.cpp (the
-// sessions) and admin.cpp (--admin, --grab); samples.hpp (the reports' latencies); main.cpp (this command
-// line).
+// The files: protocol.hpp (the control messages), server.hpp with server.cpp (sessions), tenants.cpp and
+// compaction.cpp; client.hpp with link.cpp (a session with the server), client.cpp (the sessions) and
+// admin.cpp (--admin, --grab); samples.hpp (the reports' latencies); main.cpp (this command line).
 #include "client.hpp"
 #include "server.hpp"
 

@@ -1,19 +1,21 @@
 #pragma once
-// The memory pool's wire protocol: the control `message` both ends send with IBV_WR_SEND over one rdma_cm
-// connection (the server's hello, a request, its reply), its commands and refusals, and the queue-pair
-// sizes of a control connection. The data itself moves only with RDMA write and read, through the windows
-// a reply to get_keys grants.
+// The memory pool's wire protocol: the control `message`, a call's request and its reply on a coverbs
+// session (docs/messaging.md), its commands and refusals, and the sizes of a control connection. The data
+// itself moves only with RDMA write and read, through the windows a reply to get_keys grants.
 #include <coverbs/coverbs.hpp>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
 #include <type_traits>
 
 namespace memory_pool {
 
 namespace cv = coverbs;
 
-/// What a message asks for, or that it is the server's hello or a reply (`message::op`).
+/// What a request asks for (`message::op`).
 enum class command : std::uint32_t {
   get_keys = 1,     ///< client → server: my keys (tenant); granted now if I have none on this connection
   wait_compaction,  ///< client → server: reply when the next compaction is done
@@ -21,8 +23,6 @@ enum class command : std::uint32_t {
   shutdown,         ///< admin → server: stop accepting, end every session, print statistics, exit
   bye,              ///< client → server: I am done; free my slot (a tenant of this connection)
   status,           ///< admin → server: slots per half, free, held for a reconnect
-  hello = 0x80,     ///< server → client, first on a connection: the server's receive is posted, go ahead
-  reply = 0x100,    ///< server → client, to any of the above
 };
 
 /// Why the server refused a request (`message::status`).
@@ -39,9 +39,6 @@ enum class refusal : std::int32_t {
   tenant_taken_over,  ///< get_keys: another connection presented the same id meanwhile and took it
   not_your_tenant,    ///< bye: no tenant of this id belongs to this connection
   connection_ended,   ///< the connection ended while the request waited (never delivered)
-  /// The request came as a send-with-invalidate of a key this connection was not granted: the server ends
-  /// the connection.
-  foreign_invalidation
 };
 
 /// What refusal `r` means, for messages.
@@ -61,21 +58,16 @@ inline const char* to_string(refusal r) {
   case refusal::tenant_taken_over: return "another connection presented this tenant's id and took it over";
   case refusal::not_your_tenant: return "no tenant of this id belongs to this connection";
   case refusal::connection_ended: return "the connection ended";
-  case refusal::foreign_invalidation:
-    return "the request came as a send-with-invalidate naming a key this connection was not granted; the "
-           "server ends the connection (send requests with a plain send)";
   }
   return "unknown refusal";
 }
 
-/// One control message, either way. Sent as bytes (IBV_WR_SEND), so every field is in host byte order:
-/// both ends on machines of one endianness.
+/// One control message, a request or its reply. Sent as its bytes, so every field is in host byte order: both
+/// ends on machines of one endianness.
 struct message {
-  static constexpr std::uint32_t magic_value = 0x6d706f6f;  // "mpoo"
-  std::uint32_t magic = magic_value;
-  command op = command::reply;
+  command op{};  ///< request: what it asks for
   refusal status = refusal::none;
-  std::uint32_t count = 0;        ///< compact: sessions to wait for; hello, refused compact: slots per half
+  std::uint32_t count = 0;        ///< compact: sessions to wait for; status, refused compact: slots per half
   std::uint64_t tenant = 0;       ///< get_keys / bye: the client's id (kept across reconnects)
   std::uint64_t generation = 0;   ///< reply: compactions done so far
   cv::remote_key write_key{};     ///< reply to get_keys: {address, length in bytes, rkey}, remote_write
@@ -93,12 +85,27 @@ static_assert(std::is_trivially_copyable_v<message>, "a message is sent as its b
 /// The size of every control message, either way.
 inline constexpr std::size_t message_bytes = sizeof(message);
 
-/// Queue-pair sizes of a control connection: a handful of sends and one receive in flight.
-inline cv::queue_pair_options small_queue_pair() {
-  cv::queue_pair_options q;
-  q.max_send_wr = 16;
-  q.max_recv_wr = 4;
-  return q;
+/// `m` as the bytes a call or a reply sends.
+inline std::span<const std::byte> bytes_of(const message& m) { return std::as_bytes(std::span(&m, 1)); }
+
+/// The message in `bytes` (a request or a reply as received); nothing when they are not one (their size).
+inline std::optional<message> message_in(std::span<const std::byte> bytes) {
+  message m;
+  if (bytes.size() != message_bytes) return std::nullopt;
+  std::memcpy(&m, bytes.data(), message_bytes);
+  return m;
+}
+
+/// Both sides' sessions: slots of one message, one call at a time with room to spare; send work requests for
+/// the messages, the client's RDMA writes and reads, and the server's binds and invalidations.
+inline cv::session_options session_options() {
+  cv::session_options o;
+  o.messages.slot_size = message_bytes;
+  o.messages.recv_slots = 4;
+  o.messages.send_slots = 4;
+  o.connection.qp.max_send_wr = 16;
+  o.connection.qp.max_recv_wr = o.messages.recv_slots + 4;  // and the 4 control receives of the credits
+  return o;
 }
 
 }  // namespace memory_pool

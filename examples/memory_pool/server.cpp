@@ -1,6 +1,6 @@
-// The memory pool server's connections: registering the pool, accepting, serving each session's requests
-// until its connection ends (then releasing what it held), stopping, the statistics report, and
-// `run_server`, the process around it. Tenants and keys: tenants.cpp; compaction: compaction.cpp.
+// The memory pool server's sessions: registering the pool, serving each session's requests until its
+// connection ends (then releasing what it held), stopping, the statistics report, and `run_server`, the
+// process around it. Tenants and keys: tenants.cpp; compaction: compaction.cpp.
 #include "server.hpp"
 
 #include "common/device_watch.hpp"
@@ -13,13 +13,13 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/signal_set.hpp>
 
 #include <algorithm>
 #include <cinttypes>
 #include <csignal>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <fstream>
 #include <new>
@@ -27,6 +27,7 @@
 namespace memory_pool {
 
 using namespace std::chrono_literals;
+using namespace asio::experimental::awaitable_operators;
 using statistics::us_since;
 
 awaitable<void> pool_server::run() {
@@ -51,32 +52,15 @@ awaitable<void> pool_server::run() {
                config_.pool_size >> 20, slots_per_half_, config_.slot_size >> 10);
   asio::co_spawn(io_, expire_held(), asio::detached);  // ends with stop()
 
-  while (!stopping_) {
-    auto s = std::make_shared<session>(io_, listener_.get_device());
-    s->mr = cv::memory_region(pd_, s->buffers, cv::access::local_write);
-    cv::connection_options o = listener_options().connection;
-    o.pd = &pd_;
-    o.cq = &s->cq;
-    auto [ec, conn] = co_await listener_.async_accept(o, asio::bind_cancellation_slot(stop_accept_.slot(), tuple));
-    if (ec) {
-      if (stopping_) break;
-      ++accept_errors_;
-      errors_.push_back("accept: " + ec.message());
-      continue;
-    }
-    ++connections_;
-    s->conn = std::move(conn);
-    sessions_.push_back(s);
-    asio::co_spawn(io_, serve(s), [this](std::exception_ptr e) {
-      if (!e) return;
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& x) {
-        errors_.push_back(std::string("session: ") + x.what());
-      }
-    });
-  }
-  co_await wait_until([this] { return sessions_.empty(); }, 30s);
+  // Every session's queue pair in the pool's domain (the windows over the pool are bound through it).
+  cv::server_options o;
+  o.session = session_options();
+  o.session.connection.pd = &pd_;
+  o.session.connection.cq = &cq_;
+  o.on_end = [this](const cv::session_report& r) { ended(r); };
+  const cv::session_handler handler = [this](cv::session& s) { return serve(s); };
+  if (stopping_) co_return;  // stopped while the pool was being registered
+  co_await cv::async_serve(listener_, handler, o, asio::bind_cancellation_slot(stop_accept_.slot(), tuple));
 }
 
 void pool_server::stop() {
@@ -84,67 +68,64 @@ void pool_server::stop() {
   stopping_ = true;
   stop_accept_.emit(asio::cancellation_type::terminal);
   sweep_.cancel();
-  for (const auto& s : sessions_) {
-    s->wake.cancel();
-    if (s->conn.connected()) s->conn.async_disconnect([s](cv::error_code) {});  // flushes its receive
-  }
+  for (const auto& s : sessions_)
+    s->link.endpoint().shutdown();  // its pending receive fails: the session ends
 }
 
-awaitable<void> pool_server::serve(std::shared_ptr<session> s) {
-  // Each receive's failure ends the session at once, whatever request it is busy with.
-  const auto post_receive = [&s] {
-    s->in.post(s->conn.qp(), s->inbox(), [w = std::weak_ptr<session>(s)] {
-      if (const auto live = w.lock()) live->end();
-    });
-  };
-  post_receive();
-  message hello{.op = command::hello, .count = static_cast<std::uint32_t>(slots_per_half_), .generation = generation_};
-  std::memcpy(s->outbox().data(), &hello, message_bytes);
-  auto [hello_ec, hello_bytes] = co_await s->conn.qp().async_send(s->outbox(), tuple);
-  control_bytes_ += hello_ec ? 0 : hello_bytes;
-  cv::error_code refused;  // a hostile request that ended the session
-  while (!hello_ec) {
-    auto [ec, r] = co_await s->in.next();
-    if (ec == cv::errc::foreign_remote_invalidation) {
-      // A send-with-invalidate naming a window of another connection: coverbs refused it (and counted it in
-      // window_statistics().foreign_invalidations). Never served: the peer is told why and disconnected;
-      // every other session goes on. (On rxe the named key is dead already — its owner's next access fails
-      // and it recovers as after a compaction; a device that enforces IBA's rule fails the receive instead.)
-      refused = ec;
-      message no{.op = command::reply, .status = refusal::foreign_invalidation};
-      std::memcpy(s->outbox().data(), &no, message_bytes);
-      co_await s->conn.qp().async_send(s->outbox(), tuple);
-      break;
-    }
-    if (ec) break;  // the peer disconnected, or the queue pair went to the error state
-    message request;
-    std::memcpy(&request, s->inbox().data(), std::min<std::size_t>(r.bytes, message_bytes));
-    post_receive();  // ready for the next request before this one is answered
-    ++requests_;
-    control_bytes_ += r.bytes;
-    message reply{.status = refusal::bad_request};
-    if (r.bytes == message_bytes && request.magic == message::magic_value) reply = co_await handle(*s, request);
-    reply.op = command::reply;
-    std::memcpy(s->outbox().data(), &reply, message_bytes);
-    auto [send_ec, n] = co_await s->conn.qp().async_send(s->outbox(), tuple);
-    if (send_ec) break;
-    control_bytes_ += n;
-    if (request.op == command::shutdown && reply.status == refusal::none) stop();
+awaitable<void> pool_server::serve(cv::session& link) {
+  ++connections_;
+  if (stopping_) co_return;
+  const auto s = std::make_shared<session_state>(link);
+  sessions_.push_back(s);
+  received next = co_await next_request(*s);
+  while (!next.ec) {
+    // The next request is received while this one is answered, so the end of the connection (that receive
+    // failing) ends the session at once, whatever request it is busy with. (Named first, then awaited: GCC 12.)
+    auto both = answer(*s, std::move(next.request)) && next_request(*s);
+    next = co_await std::move(both);
   }
-  // The end: every key this connection carried dies, then its tenants are released, before the
-  // connection goes.
+  // The end: every key this connection carried dies, then its tenants are released, before the session
+  // closes. A compaction granting it windows, or another session revoking them, is over first.
   s->end();
-  ++sessions_ended_;
-  cv::error_code cause = refused ? refused : s->conn.qp().error();
-  if (!cause) cause = s->conn.error();
-  ++end_causes_[cause ? cause.message() : "ended"];
+  co_await wait_until([this] { return !compacting_ && revocations_ == 0; }, 60s);
   co_await revoke(*s, windows_revoked_);
   release(*s);
-  if (s->conn.connected()) co_await s->conn.async_disconnect(tuple);
   sessions_.remove(s);
 }
 
-awaitable<message> pool_server::handle(session& s, const message& request) {
+/// The session's next request; a failed receive (the peer is gone, the queue pair broke, a foreign
+/// send-with-invalidate, stop()) ends the session.
+awaitable<pool_server::received> pool_server::next_request(session_state& s) {
+  auto [ec, request] = co_await s.link.endpoint().async_receive_request(tuple);
+  if (ec) s.end();
+  co_return received{ec, std::move(request)};
+}
+
+awaitable<void> pool_server::answer(session_state& s, cv::inbound_request request) {
+  ++requests_;
+  control_bytes_ += request.size();
+  const std::optional<message> m = message_in(request.bytes());
+  request.release();  // its slot goes back to the peer; the reply needs only the call's id
+  message reply{.status = refusal::bad_request};
+  if (m) reply = co_await handle(s, *m);
+  auto [ec] = co_await s.link.endpoint().async_reply(request, bytes_of(reply), tuple);
+  if (ec) co_return;
+  control_bytes_ += message_bytes;
+  if (m && m->op == command::shutdown && reply.status == refusal::none) stop();
+}
+
+/// A session closed (or an accept failed): why, for the report.
+void pool_server::ended(const cv::session_report& r) {
+  if (r.peer.empty()) {
+    ++accept_errors_;
+    errors_.push_back(r.diagnostic);
+    return;
+  }
+  ++sessions_ended_;
+  ++end_causes_[r.reason ? r.reason.message() : "ended"];
+}
+
+awaitable<message> pool_server::handle(session_state& s, const message& request) {
   switch (request.op) {
   case command::get_keys: co_return co_await get_keys(s, request.tenant);
   case command::wait_compaction: co_return co_await wait_compaction(s);

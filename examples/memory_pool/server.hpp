@@ -1,10 +1,9 @@
 #pragma once
-// The memory pool server: its configuration (--listen's options), a `session` per accepted connection, a
-// `tenant` per client id, and `pool_server`, which owns the registered pool and its window pool and serves
-// the protocol of protocol.hpp. Its definitions: server.cpp (accepting, serving requests, the report),
-// tenants.cpp (slots, keys and what a connection's end releases), compaction.cpp.
+// The memory pool server: its configuration (--listen's options), a `session_state` per session, a `tenant`
+// per client id, and `pool_server`, which owns the registered pool and its window pool and serves the
+// protocol of protocol.hpp on coverbs sessions. Its definitions: server.cpp (serving a session's requests, the
+// report), tenants.cpp (slots, keys and what a session's end releases), compaction.cpp.
 #include "protocol.hpp"
-#include "receiver.hpp"
 #include "samples.hpp"
 
 #include "common/command_line.hpp"
@@ -33,6 +32,7 @@ namespace memory_pool {
 namespace asio = boost::asio;
 using asio::awaitable;
 using clock_type = example::clock;
+using example::tuple;
 
 /// What --listen and its options configure.
 struct server_config {
@@ -46,31 +46,21 @@ struct server_config {
   bool json = false;
 };
 
-/// One accepted connection. Destruction order matters: the leases are dead (revoked and awaited) before
-/// anything goes; the connection goes before its completion queue.
-struct session {
-  session(asio::io_context& io, cv::device& dev) : cq(io, dev, cq_options()), wake(io), in(io.get_executor()) {}
-  static cv::completion_queue_options cq_options() {
-    cv::completion_queue_options o;
-    o.depth = 64;
-    return o;
-  }
+/// What the server keeps of one session (an accepted connection) while its coroutine runs, in
+/// `pool_server::sessions_` (and `link` is valid as long). Once `ended`, nothing new starts on `link`; its
+/// leases are dead (revoked and awaited) before the session closes.
+struct session_state {
+  explicit session_state(cv::session& s) : link(s), wake(s.get_executor()) {}
 
-  cv::completion_queue cq;
-  std::vector<std::byte> buffers = std::vector<std::byte>(2 * message_bytes);  ///< [inbox | outbox]
-  cv::memory_region mr;  ///< over `buffers`, in the server's protection domain
-  cv::connection conn;
+  cv::session& link;
   cv::window_lease write_lease, read_lease;
   std::uint64_t tenant_id = 0;  ///< 0: none yet (an admin connection)
   bool waiting = false;         ///< parked in wait_compaction
   asio::steady_timer wake;      ///< what a waiting session sleeps on; cancelled by a compaction
-  receiver in;
 
   std::vector<std::uint64_t> owned;  ///< the tenants this connection holds (at most --tenants-per-connection)
-  bool ended = false;                ///< its receive failed: the peer is gone or the queue pair broke
+  bool ended = false;                ///< its receive failed: the peer is gone, the queue pair broke, or stop()
 
-  cv::registered_span inbox() const { return cv::span_of(mr, 0, message_bytes); }
-  cv::registered_span outbox() const { return cv::span_of(mr, message_bytes, message_bytes); }
   /// The connection is over (from its receive's completion): a wait for a compaction ends now.
   void end() {
     ended = true;
@@ -83,7 +73,7 @@ struct tenant {
   std::size_t offset = 0;
   /// The connection it belongs to; null once that one ended without a bye: the slot is then held for a
   /// reconnect with the same id until `held_until`.
-  const session* owner = nullptr;
+  const session_state* owner = nullptr;
   clock_type::time_point held_until{};
 };
 
@@ -92,11 +82,13 @@ struct tenant {
 class pool_server {
 public:
   pool_server(asio::io_context& io, const server_config& config)
-      : io_(io), config_(config), listener_(io.get_executor(), config.address, config.port, listener_options()),
-        pd_(example::listening_device(listener_, config.address)), pool_memory_(config.pool_size),
-        slots_per_half_(config.pool_size / 2 / config.slot_size), slot_used_(slots_per_half_, false), sweep_(io) {}
+      : io_(io), config_(config), listener_(io.get_executor(), config.address, config.port),
+        pd_(example::listening_device(listener_, config.address)), cq_(io, listener_.get_device()),
+        pool_memory_(config.pool_size), slots_per_half_(config.pool_size / 2 / config.slot_size),
+        slot_used_(slots_per_half_, false), sweep_(io) {}
 
-  /// Registers the pool, listens and serves until `stop()`; returns once every session has ended.
+  /// Registers the pool, listens and serves until `stop()`; returns once it stops accepting (the sessions
+  /// end on their own, their reports afterwards).
   awaitable<void> run();
   /// Stops accepting and ends every session (from the loop's thread).
   void stop();
@@ -106,34 +98,37 @@ public:
   cv::device& device() const noexcept { return listener_.get_device(); }
 
 private:
-  static cv::listener_options listener_options() {
-    cv::listener_options o;
-    o.connection.qp = small_queue_pair();
-    return o;
-  }
-  awaitable<void> serve(std::shared_ptr<session> s);
-  awaitable<message> handle(session& s, const message& request);
-  awaitable<message> get_keys(session& s, std::uint64_t tenant_id);
+  struct received {  ///< a session's next request, or why none came
+    cv::error_code ec;
+    cv::inbound_request request;
+  };
+  awaitable<void> serve(cv::session& link);
+  awaitable<received> next_request(session_state& s);
+  awaitable<void> answer(session_state& s, cv::inbound_request request);
+  void ended(const cv::session_report& r);
+  awaitable<message> handle(session_state& s, const message& request);
+  awaitable<message> get_keys(session_state& s, std::uint64_t tenant_id);
   awaitable<message> compact(std::uint32_t waiters);
-  awaitable<message> wait_compaction(session& s);
-  awaitable<message> leave(session& s, std::uint64_t tenant_id);
+  awaitable<message> wait_compaction(session_state& s);
+  awaitable<message> leave(session_state& s, std::uint64_t tenant_id);
   message status() const;
-  awaitable<cv::error_code> grant(session& s);
-  awaitable<void> revoke(session& s, std::uint64_t& counter);
-  awaitable<void> take_over(session& s, std::uint64_t tenant_id);
+  awaitable<cv::error_code> grant(session_state& s);
+  awaitable<void> revoke(session_state& s, std::uint64_t& counter);
+  awaitable<void> take_over(session_state& s, std::uint64_t tenant_id);
   std::optional<std::size_t> take_slot();
   std::map<std::uint64_t, tenant>::iterator free_tenant(std::map<std::uint64_t, tenant>::iterator t);
-  void release(session& s);
+  void release(session_state& s);
   awaitable<void> expire_held();
 
   asio::io_context& io_;
   server_config config_;
   cv::listener listener_;  // first: its device view outlives everything below
   cv::protection_domain pd_;
+  cv::completion_queue cq_;  ///< every session's
   std::vector<std::byte> pool_memory_;
   cv::memory_region pool_mr_;
   std::optional<cv::window_pool> windows_;
-  std::list<std::shared_ptr<session>> sessions_;
+  std::list<std::shared_ptr<session_state>> sessions_;  ///< those whose coroutine runs
   std::map<std::uint64_t, tenant> tenants_;
   std::size_t slots_per_half_;
   std::vector<bool> slot_used_;  ///< slots of the current half

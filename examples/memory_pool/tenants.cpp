@@ -14,7 +14,7 @@ using namespace std::chrono_literals;
 using statistics::us_since;
 
 /// Takes the session's two leases and waits until both keys are dead; counts the live ones in `counter`.
-awaitable<void> pool_server::revoke(session& s, std::uint64_t& counter) {
+awaitable<void> pool_server::revoke(session_state& s, std::uint64_t& counter) {
   cv::window_lease dying[] = {std::move(s.write_lease), std::move(s.read_lease)};  // the session holds none now
   ++revocations_;
   for (cv::window_lease& lease : dying) {
@@ -26,7 +26,7 @@ awaitable<void> pool_server::revoke(session& s, std::uint64_t& counter) {
 }
 
 /// Binds a write and a read window over the session's tenant slot, through the session's queue pair.
-awaitable<cv::error_code> pool_server::grant(session& s) {
+awaitable<cv::error_code> pool_server::grant(session_state& s) {
   const auto t = tenants_.find(s.tenant_id);
   if (t == tenants_.end()) co_return asio::error::not_found;  // the tenant left meanwhile
   const cv::window_range range{t->second.offset, config_.slot_size};
@@ -35,7 +35,7 @@ awaitable<cv::error_code> pool_server::grant(session& s) {
                                                              {&s.read_lease, cv::access::remote_read}};
   for (const auto& [lease, right] : wanted) {
     const auto t0 = clock_type::now();
-    auto [ec, granted] = co_await windows_->async_lease(s.conn.qp(), pool_mr_, range, right, no_time_limit, tuple);
+    auto [ec, granted] = co_await windows_->async_lease(s.link.qp(), pool_mr_, range, right, no_time_limit, tuple);
     if (ec) {
       ++grant_failures_;
       errors_.push_back("grant: " + ec.message());
@@ -49,7 +49,7 @@ awaitable<cv::error_code> pool_server::grant(session& s) {
   co_return cv::error_code{};
 }
 
-awaitable<message> pool_server::get_keys(session& s, std::uint64_t tenant_id) {
+awaitable<message> pool_server::get_keys(session_state& s, std::uint64_t tenant_id) {
   if (tenant_id == 0) co_return message{.status = refusal::bad_request};
   if (stopping_) co_return message{.status = refusal::shutting_down};
   for (;;) {
@@ -99,8 +99,8 @@ awaitable<message> pool_server::get_keys(session& s, std::uint64_t tenant_id) {
 }
 
 /// The tenant now belongs to `s`: every other connection that held it forgets it, its windows revoked.
-awaitable<void> pool_server::take_over(session& s, std::uint64_t tenant_id) {
-  const std::vector<std::shared_ptr<session>> all(sessions_.begin(), sessions_.end());
+awaitable<void> pool_server::take_over(session_state& s, std::uint64_t tenant_id) {
+  const std::vector<std::shared_ptr<session_state>> all(sessions_.begin(), sessions_.end());
   for (const auto& other : all) {
     if (other.get() == &s) continue;
     std::erase(other->owned, tenant_id);
@@ -137,7 +137,7 @@ std::map<std::uint64_t, tenant>::iterator pool_server::free_tenant(std::map<std:
 
 /// The connection ended (its windows are revoked): its tenants are held --hold-seconds for a reconnect
 /// (or freed now with --hold-seconds 0).
-void pool_server::release(session& s) {
+void pool_server::release(session_state& s) {
   const auto until = clock_type::now() + config_.hold;
   for (const std::uint64_t id : std::exchange(s.owned, {})) {
     auto t = tenants_.find(id);
@@ -183,7 +183,7 @@ message pool_server::status() const {
   return m;
 }
 
-awaitable<message> pool_server::leave(session& s, std::uint64_t tenant_id) {
+awaitable<message> pool_server::leave(session_state& s, std::uint64_t tenant_id) {
   co_await wait_until([this] { return !compacting_; }, 60s);
   auto t = tenants_.find(tenant_id);
   if (t == tenants_.end() || t->second.owner != &s)
