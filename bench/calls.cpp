@@ -1,5 +1,6 @@
 // bench_calls: the message layer (message_endpoint.hpp, bulk.hpp) beside what it is built on, on one device:
-// call latency beside a send/receive ping-pong, the call rate from one loop, and a bulk call's payload moved by
+// call latency beside a send/receive ping-pong, the call rate (callers on one loop, callees on another, or both on
+// one), and a bulk call's payload moved by
 // the peer's RDMA read beside plain reads of the same size.
 //
 //   bench_calls [--device NAME] [--test pingpong|call_lat|call_rate|bulk|read] [--size BYTES] [--iters N]
@@ -76,7 +77,7 @@ config parse(int argc, char** argv) {
   config c;
   CLI::App app{"", "bench_calls"};
   bench::describe(app, usage_text,
-                  "Call latency beside a send/receive ping-pong, the call rate from one loop, and bulk calls beside "
+                  "Call latency beside a send/receive ping-pong, the call rate (callers on one loop), and bulk calls beside "
                   "plain RDMA reads; see the source's header for each figure.");
   app.add_option("--device", c.device, "RDMA device name, as ibv_devices lists it (default: the first)");
   app.add_option("--test", c.test, "what to measure (default call_lat)")
@@ -460,6 +461,7 @@ int main(int argc, char** argv) {
       const double calls_per_s = static_cast<double>(r.operations) / r.seconds;
       j["connections"] = c.connections;
       j["depth"] = c.depth;
+      j["loops"] = c.loops;
       j["duration_ms"] = c.duration_ms;
       j["calls"] = r.operations;
       j["seconds"] = r3(r.seconds);

@@ -36,8 +36,8 @@ public:
 
 private:
   // A thread's list lives on the heap, made by its first use; the thread reaches it through one initial-exec
-  // thread-local pointer (8 bytes of static TLS per node type: a `dlopen`ed libcoverbs still fits glibc's
-  // surplus, which a list of its own in static TLS, ~0.5 KiB per type, might not). Through the default model
+  // thread-local pointer (8 bytes of static TLS per node type, where a list of its own would take ~0.5 KiB; the
+  // library needs static TLS already: docs/architecture.md). Through the default model
   // each access was a `__tls_get_addr` call, ~130 instructions per call and reply. When the thread ends, its
   // drainer frees the nodes and the list and points the thread at `closed_`: a node freed after that (by another
   // thread-local object's destructor) goes back to the heap.

@@ -1,6 +1,7 @@
 // Handlers of the wrong completion signature, one per operation, for the compile_time_help test: built with
-// -DCOVERBS_WRONG_HANDLERS each call must fail with coverbs' one static_assert naming the signature the handler
-// must have; built without, the same calls with the right handlers must compile.
+// -DCOVERBS_WRONG_HANDLERS each HANDLER call must fail with coverbs' one static_assert naming the signature the
+// handler must have, and each NO_EXECUTOR call (cancel_after with no executor to run its timer on) with
+// cancel_after's one static_assert; built without, the same calls with the right handlers must compile.
 #include <coverbs/coverbs.hpp>
 #if __has_include(<rdma/rdma_cma.h>)
 #include <coverbs/cm.hpp>
