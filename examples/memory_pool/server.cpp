@@ -57,6 +57,10 @@ awaitable<void> pool_server::run() {
   o.session = session_options();
   o.session.connection.pd = &pd_;
   o.session.connection.cq = &cq_;
+  // One completion queue for every session, each reserving its queue pair's depths from it: as many sessions as
+  // it has room for run at once; further connection requests wait in the listener's backlog until one ends.
+  const cv::queue_pair_options& qp = o.session.connection.qp;
+  o.max_sessions = static_cast<std::size_t>(cq_.depth()) / (qp.max_send_wr + qp.max_recv_wr);
   o.on_end = [this](const cv::session_report& r) { ended(r); };
   const cv::session_handler handler = [this](cv::session& s) { return serve(s); };
   if (stopping_) co_return;  // stopped while the pool was being registered
@@ -77,20 +81,27 @@ awaitable<void> pool_server::serve(cv::session& link) {
   if (stopping_) co_return;
   const auto s = std::make_shared<session_state>(link);
   sessions_.push_back(s);
-  received next = co_await next_request(*s);
-  while (!next.ec) {
-    // The next request is received while this one is answered, so the end of the connection (that receive
-    // failing) ends the session at once, whatever request it is busy with. (Named first, then awaited: GCC 12.)
-    auto both = answer(*s, std::move(next.request)) && next_request(*s);
-    next = co_await std::move(both);
+  std::exception_ptr failure;  // what a handler threw (no memory, say): the end below still runs, then it goes on
+  try {
+    received next = co_await next_request(*s);
+    while (!next.ec) {
+      // The next request is received while this one is answered, so the end of the connection (that receive
+      // failing) ends the session at once, whatever request it is busy with. (Named first, then awaited: GCC 12.)
+      auto both = answer(*s, std::move(next.request)) && next_request(*s);
+      next = co_await std::move(both);
+    }
+  } catch (...) {
+    failure = std::current_exception();
   }
   // The end: every key this connection carried dies, then its tenants are released, before the session
-  // closes. A compaction granting it windows, or another session revoking them, is over first.
+  // closes (its state leaves sessions_ before the session it points to is gone). A compaction granting it
+  // windows, or another session revoking them, is over first.
   s->end();
   co_await wait_until([this] { return !compacting_ && revocations_ == 0; }, 60s);
   co_await revoke(*s, windows_revoked_);
   release(*s);
   sessions_.remove(s);
+  if (failure) std::rethrow_exception(failure);
 }
 
 /// The session's next request; a failed receive (the peer is gone, the queue pair broke, a foreign
