@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <new>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -146,8 +148,14 @@ bool probe_rereg(device& dev) {
   error_code ec;
   protection_domain pd(dev, ec);
   if (ec) return false;
-  alignas(4096) static thread_local std::byte scratch[4096];
-  memory_region mr(pd, scratch, access::local_write, ec);
+  // On the heap, not in thread-local storage: a 4 KiB page aligned to 4 KiB there made libcoverbs' static TLS
+  // block too large for a dlopen after start-up (test/unit/dlopen_test.cpp).
+  struct page_delete {
+    void operator()(std::byte* p) const noexcept { ::operator delete[](p, std::align_val_t{4096}); }
+  };
+  const std::unique_ptr<std::byte[], page_delete> scratch(
+      static_cast<std::byte*>(::operator new[](4096, std::align_val_t{4096})));
+  memory_region mr(pd, std::span<std::byte>(scratch.get(), 4096), access::local_write, ec);
   if (ec) return false;
   bool still_valid = true;
   const int rc = ibv_rereg_mr(mr.native_handle(), IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
