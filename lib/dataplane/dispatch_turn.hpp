@@ -17,7 +17,9 @@ class queue_pair_impl;
 /// complete.
 class dispatch_turn {
 public:
-  dispatch_turn() noexcept : outer_(running_) { running_ = this; }
+  /// `loop`: the io_context whose run() this thread is inside, running the turn's handlers in place
+  /// (completion_mode::invoke), or null.
+  explicit dispatch_turn(const void* loop = nullptr) noexcept : loop_(loop), outer_(running_) { running_ = this; }
   ~dispatch_turn() {
     end();
     running_ = outer_;
@@ -30,6 +32,10 @@ public:
   std::size_t end() noexcept { return head_ ? post_enrolled() : 0; }
   /// The innermost turn running on this thread, or null (an initiating function called outside any turn).
   static dispatch_turn* current() noexcept { return running_; }
+  /// Whether this thread runs a turn in place inside the io_context `loop` (non-null): then it is inside that
+  /// context's run(), and a handler of the context may be called directly. One thread-local read, where Asio's
+  /// running_in_this_thread() costs a call of the default TLS model and a walk of its call stack.
+  static bool in_place_on(const void* loop) noexcept { return running_ && running_->loop_ == loop; }
   /// Posts the lists of every turn running on this thread (a nested turn is about to poll: what a handler
   /// initiated before polling in place must reach the device first).
   static void end_all() noexcept {
@@ -48,6 +54,7 @@ private:
   // the rest of the check.
   [[gnu::tls_model("initial-exec")]] static constinit thread_local dispatch_turn* running_;
   queue_pair_impl* head_ = nullptr;  // linked through queue_pair_impl::turn_next_
+  const void* loop_;  // the io_context this turn runs in place inside, or null
   dispatch_turn* outer_;
 };
 

@@ -4,6 +4,7 @@
 
 #include "core/metrics.hpp"
 #include "core/work_phrase.hpp"
+#include "dataplane/dispatch_turn.hpp"
 #include "dataplane/qp_impl.hpp"
 
 #include <coverbs/protection_domain.hpp>
@@ -278,7 +279,7 @@ std::uint32_t endpoint_impl::add_call(message_op* op) {
   return index;
 }
 
-void endpoint_impl::pump() noexcept {
+void endpoint_impl::pump_outbox() noexcept {
   while (healthy() && !holding_ && !outbox_.empty()) {
     message_op* op = outbox_.front();
     // The peer's slot size comes with its first header, as do the first credits: nothing is posted before.
@@ -302,8 +303,8 @@ void endpoint_impl::pump() noexcept {
   }
 }
 
-void endpoint_impl::schedule_credit_check() noexcept {
-  if (check_scheduled_ || holding_ || !healthy() || !ledger_.update_due(!outbox_.empty())) return;
+void endpoint_impl::post_credit_check() noexcept {
+  if (check_scheduled_ || holding_ || !healthy()) return;
   check_scheduled_ = true;
   // Later, not now: a reply or message the application sends in this turn carries the credits for free.
   boost::asio::post(ex_, [self = shared_from_this()] {
@@ -489,7 +490,8 @@ void release_slot(std::shared_ptr<endpoint_impl> impl, std::uint32_t slot) noexc
   // Called directly when this thread runs the endpoint's io_context (the common case: no type-erased dispatch,
   // no allocation), else dispatched there; the handler's reference keeps the state alive until it has run.
   const message_endpoint::executor_type& ex = impl->executor();
-  if (const auto* io = held_io_executor(ex); io && io->running_in_this_thread()) {
+  if (const auto* io = held_io_executor(ex);
+      io && (dispatch_turn::in_place_on(&io->context()) || io->running_in_this_thread())) {
     endpoint_impl& e = *impl;
     return e.release(slot, std::move(impl));
   }

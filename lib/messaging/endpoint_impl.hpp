@@ -119,10 +119,22 @@ private:
   /// `operation_aborted`, which is not the endpoint's) it stays `wr_flush_err`, and so once the endpoint is closed or
   /// failed (its queue pair may be destroyed by then: it is not read).
   error_code cause_of(error_code status) const noexcept;
-  /// Posts what waits while credits and send slots last.
-  void pump() noexcept;
+  /// Posts what waits while credits and send slots last. Inline: most calls (a completion, a release) find
+  /// nothing waiting, and the test is all they pay.
+  void pump() noexcept {
+    if (!outbox_.empty()) pump_outbox();
+  }
+  /// pump() when an operation waits.
+  void pump_outbox() noexcept;
   void post_message(std::uint32_t slot, message_type type, std::uint64_t id, message_op* op) noexcept;
-  void schedule_credit_check() noexcept;
+  /// A standalone credit message, later in this turn, when one is due (credit_ledger::update_due). Inline: most
+  /// calls (every completion, start and release) find none due.
+  void schedule_credit_check() noexcept {
+    if (!check_scheduled_ && ledger_.update_due(!outbox_.empty())) post_credit_check();
+  }
+  /// schedule_credit_check() when an update is due: posts the check unless one is posted already, the endpoint
+  /// holds its sends, or it is closed or failed.
+  void post_credit_check() noexcept;
   void credit_check() noexcept;
   message_op* take_waiter(message_op_kind kind) noexcept;
   /// Completes `op` (which the endpoint does not hold) with `ec`, posted; `diagnostic()` says `why`.
