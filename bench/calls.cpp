@@ -3,7 +3,7 @@
 // one), and a bulk call's payload moved by
 // the peer's RDMA read beside plain reads of the same size.
 //
-//   bench_calls [--device NAME] [--test pingpong|call_lat|call_rate|bulk|read] [--size BYTES] [--iters N]
+//   bench_calls [--device NAME] [--test pingpong|call_lat|interleaved|call_rate|bulk|read] [--size BYTES] [--iters N]
 //               [--connections N] [--depth N] [--duration-ms N] [--mode spin|events] [--loops 1|2] [--json]
 //
 // Two sides, each with its own device context, completion queue, queue pairs and registered memory (like two
@@ -18,6 +18,13 @@
 //              async_reply of --size bytes; the client calls again from the reply's handler.
 // Their figure is the round trip: the time between consecutive replies on the client (cycle counter), median
 // and percentiles over --iters, the first tenth left out as warm-up.
+//   interleaved  both in one process, over two connections (the first a ping-pong's, the second a pair of
+//              message endpoints): --iters pairs of round trips, each pair one ping-pong round trip and one call
+//              (which goes first alternating), each timed from its send or async_call to its reply's handler.
+//              rtt_median_us is the calls', pingpong_rtt_median_us the ping-pongs' (first tenth left out), and
+//              ratio_to_pingpong their quotient: what the message layer adds to a round trip, measured at the
+//              same moments of the machine (a slow phase of the emulator slows every process alike for seconds,
+//              which moves a ratio of two launches and not this one).
 //   call_rate  --connections pairs of message endpoints; the client keeps --depth calls of --size bytes in
 //              flight on each, each reply's handler starting the next, for --duration-ms; the
 //              server answers every request with --size bytes. calls_per_s = calls / wall time from the first
@@ -69,7 +76,7 @@ struct config {
   bool json = false;
 };
 
-constexpr const char* usage_text = "[--device NAME] [--test pingpong|call_lat|call_rate|bulk|read] [--size BYTES] "
+constexpr const char* usage_text = "[--device NAME] [--test pingpong|call_lat|interleaved|call_rate|bulk|read] [--size BYTES] "
                                    "[--iters N] [--connections N] [--depth N] [--duration-ms N] [--mode spin|events] "
                                    "[--loops 1|2] [--json]";
 
@@ -81,7 +88,7 @@ config parse(int argc, char** argv) {
                   "plain RDMA reads; see the source's header for each figure.");
   app.add_option("--device", c.device, "RDMA device name, as ibv_devices lists it (default: the first)");
   app.add_option("--test", c.test, "what to measure (default call_lat)")
-      ->check(command_line::one_of({"pingpong", "call_lat", "call_rate", "bulk", "read"}));
+      ->check(command_line::one_of({"pingpong", "call_lat", "interleaved", "call_rate", "bulk", "read"}));
   app.add_option("--size", c.size, "bytes of each request and reply, or of each bulk payload and read (default 8)")
       ->transform(command_line::size(1, 1u << 24));
   app.add_option("--iters", c.iters, "round trips (latency), or bulk calls and reads (default 5000)")
@@ -96,14 +103,16 @@ config parse(int argc, char** argv) {
       ->check(command_line::one_of({"spin", "events"}));
   app.add_option("--loops", c.loops,
                  "1: one loop on one thread carries the client's and the server's endpoints (default for bulk and "
-                 "read); 2: the server's loop runs on a second thread (default for pingpong, call_lat and call_rate)")
+                 "read); 2: the server's loop runs on a second thread (default for pingpong, call_lat, interleaved and call_rate)")
       ->transform(command_line::count(1, 2));
   app.add_flag("--json", c.json, "print one JSON object of the figures instead of a line of text");
   bench::parse(app, argc, argv);
-  if (c.test == "pingpong" || c.test == "call_lat") c.connections = c.depth = 1;
+  const bool latency = c.test == "pingpong" || c.test == "call_lat" || c.test == "interleaved";
+  if (latency) c.connections = c.depth = 1;
+  if (c.test == "interleaved") c.connections = 2;  // the ping-pong's and the endpoints'
   if (c.test == "bulk" || c.test == "read") c.connections = 1;
-  if (c.loops == 0) c.loops = c.test == "pingpong" || c.test == "call_lat" || c.test == "call_rate" ? 2 : 1;
-  if ((c.test == "pingpong" || c.test == "call_lat" || c.test == "call_rate") && c.size > (1u << 20))
+  if (c.loops == 0) c.loops = latency || c.test == "call_rate" ? 2 : 1;
+  if ((latency || c.test == "call_rate") && c.size > (1u << 20))
     bench::usage_error(app, "--size above 1 MiB applies to bulk and read only (a message is at most a slot)");
   return c;
 }
@@ -190,10 +199,11 @@ void check(cv::error_code ec, const char* what) {
 }
 
 struct result {
-  std::vector<double> round_trips_us;  // latency tests
+  std::vector<double> round_trips_us;  // latency tests (interleaved: the calls')
   double seconds = 0;
   std::uint64_t operations = 0;  // calls, bulk calls or reads
   std::uint64_t bytes = 0;
+  std::vector<double> pingpong_round_trips_us{};  // interleaved: the ping-pongs'
 };
 
 /// Round trips between consecutive stamps, in microseconds, the first tenth left out.
@@ -205,6 +215,31 @@ std::vector<double> round_trips(const std::vector<std::uint64_t>& stamps, const 
   return out;
 }
 
+/// Runs a latency test: the server's loop on its thread, `first` (the first round trip) once the server's
+/// receives are posted, then the client's loop until the test stops it.
+void run_latency(side& client, side& server, const std::function<void()>& first) {
+  server_thread t(client, server);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the server's receives are posted
+  first();
+  client.io.run();
+  t.join();
+}
+
+/// The server's side of a ping-pong: a receive of `n` bytes that, once completed, posts the next receive and
+/// answers with a send of `n` bytes.
+struct echoing {
+  cv::queue_pair* qp;
+  side* s;
+  std::size_t n;
+  void start() const { qp->async_recv(s->span(n, n), *this); }
+  void operator()(cv::error_code ec, cv::received) const {
+    if (ec == asio::error::operation_aborted) return;
+    check(ec, "pingpong receive (server)");
+    start();
+    qp->async_send(s->span(0, n), [](cv::error_code e, std::size_t) { check(e, "pingpong send (server)"); });
+  }
+};
+
 /// Send/receive ping-pong over raw queue pairs: receives posted ahead, each re-posted from its completion.
 result pingpong(side& client, side& server, const config& c) {
   const std::size_t n = c.size;
@@ -213,16 +248,8 @@ result pingpong(side& client, side& server, const config& c) {
   std::vector<std::uint64_t> stamps;
   stamps.reserve(static_cast<std::size_t>(c.iters) + 1);
   bench::stamp_clock clock;
-  std::function<void()> server_recv = [&] {
-    sq.async_recv(server.span(n, n), [&](cv::error_code ec, cv::received) {
-      if (ec == asio::error::operation_aborted) return;
-      check(ec, "pingpong receive (server)");
-      server_recv();
-      sq.async_send(server.span(0, n), [](cv::error_code e, std::size_t) { check(e, "pingpong send (server)"); });
-    });
-  };
   for (int i = 0; i < ahead; ++i)
-    server_recv();
+    echoing{&sq, &server, n}.start();
   int pongs = 0;
   auto ping = [&] {
     stamps.push_back(bench::stamp_clock::now());
@@ -243,11 +270,7 @@ result pingpong(side& client, side& server, const config& c) {
   };
   for (int i = 0; i < std::min(ahead, c.iters); ++i)
     client_recv();
-  server_thread t(client, server);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the server's receives are posted
-  ping();
-  client.io.run();
-  t.join();
+  run_latency(client, server, ping);
   return {round_trips(stamps, clock), 0, static_cast<std::uint64_t>(c.iters), 0};
 }
 
@@ -331,6 +354,62 @@ result call_lat(side& client, side& server, const config& c) {
 
 result call_rate(side& client, side& server, const config& c) {
   return calls(client, server, c, UINT64_MAX, std::chrono::milliseconds(c.duration_ms), nullptr);
+}
+
+/// Ping-pong round trips (raw queue pairs, connection 0) and calls (message endpoints, connection 1) in turn.
+result interleaved(side& client, side& server, const config& c) {
+  const std::size_t n = c.size;
+  constexpr int ahead = 8;
+  cv::queue_pair &cq = *client.qps[0], &sq = *server.qps[0];
+  cv::message_endpoint cep(client.pd, *client.qps[1], client.message_options(c));
+  cv::message_endpoint sep(server.pd, *server.qps[1], server.message_options(c));
+  const std::vector<std::byte> request(n), reply(n);
+  answering{&sep, &reply}.start();
+  for (int i = 0; i < ahead; ++i)
+    echoing{&sq, &server, n}.start();
+  bench::stamp_clock clock;
+  std::vector<std::uint64_t> call_ticks, pingpong_ticks;
+  call_ticks.reserve(static_cast<std::size_t>(c.iters));
+  pingpong_ticks.reserve(static_cast<std::size_t>(c.iters));
+  std::uint64_t started = 0;
+  int step = 0;
+  std::function<void()> next = [&] {
+    if (step == 2 * c.iters) return client.io.stop();
+    const int k = step++;
+    const bool call_first = (k / 2) % 2 == 1, call = (k % 2 == 0) == call_first;
+    started = bench::stamp_clock::now();
+    if (!call)
+      return cq.async_send(client.span(0, n),
+                           [](cv::error_code e, std::size_t) { check(e, "interleaved send (client)"); });
+    cep.async_call(asio::buffer(request), [&](cv::error_code ec, cv::inbound_message answer) {
+      check(ec, "interleaved async_call");
+      call_ticks.push_back(bench::stamp_clock::now() - started);
+      answer.release();
+      next();
+    });
+  };
+  std::function<void()> client_recv = [&] {
+    cq.async_recv(client.span(n, n), [&](cv::error_code ec, cv::received) {
+      if (ec == asio::error::operation_aborted) return;
+      check(ec, "interleaved receive (client)");
+      pingpong_ticks.push_back(bench::stamp_clock::now() - started);
+      client_recv();
+      next();
+    });
+  };
+  for (int i = 0; i < ahead; ++i)
+    client_recv();
+  run_latency(client, server, next);
+  // Each series' round trips in microseconds, the first tenth left out as warm-up.
+  const auto us = [&](const std::vector<std::uint64_t>& ticks) {
+    std::vector<double> out;
+    for (std::size_t i = ticks.size() / 10; i < ticks.size(); ++i)
+      out.push_back(static_cast<double>(ticks[i]) * clock.us_per_tick());
+    return out;
+  };
+  result r{us(call_ticks), 0, static_cast<std::uint64_t>(c.iters), 0};
+  r.pingpong_round_trips_us = us(pingpong_ticks);
+  return r;
 }
 
 /// Bulk calls: the client's region (depth × size) exposed by a window per call; the server reads it into its own.
@@ -441,6 +520,8 @@ int main(int argc, char** argv) {
       r = pingpong(client, server, c);
     else if (c.test == "call_lat")
       r = call_lat(client, server, c);
+    else if (c.test == "interleaved")
+      r = interleaved(client, server, c);
     else if (c.test == "call_rate")
       r = call_rate(client, server, c);
     else if (c.test == "bulk")
@@ -457,6 +538,13 @@ int main(int argc, char** argv) {
       j["rtt_p10_us"] = r3(percentile(r.round_trips_us, 0.1));
       j["rtt_p90_us"] = r3(percentile(r.round_trips_us, 0.9));
       j["rtt_samples"] = r.round_trips_us.size();
+      if (!r.pingpong_round_trips_us.empty()) {
+        const double pingpong = percentile(r.pingpong_round_trips_us, 0.5);
+        j["pingpong_rtt_median_us"] = r3(pingpong);
+        j["pingpong_rtt_p10_us"] = r3(percentile(r.pingpong_round_trips_us, 0.1));
+        j["pingpong_rtt_p90_us"] = r3(percentile(r.pingpong_round_trips_us, 0.9));
+        j["ratio_to_pingpong"] = r3(percentile(r.round_trips_us, 0.5) / pingpong);
+      }
     } else if (c.test == "call_rate") {
       const double calls_per_s = static_cast<double>(r.operations) / r.seconds;
       j["connections"] = c.connections;
