@@ -76,9 +76,9 @@ struct config {
   bool json = false;
 };
 
-constexpr const char* usage_text = "[--device NAME] [--test pingpong|call_lat|interleaved|call_rate|bulk|read] [--size BYTES] "
-                                   "[--iters N] [--connections N] [--depth N] [--duration-ms N] [--mode spin|events] "
-                                   "[--loops 1|2] [--json]";
+constexpr const char* usage_text = "[--device NAME] [--test pingpong|call_lat|interleaved|call_rate|bulk|read] "
+                                   "[--size BYTES] [--iters N] [--connections N] [--depth N] [--duration-ms N] "
+                                   "[--mode spin|events] [--loops 1|2] [--json]";
 
 config parse(int argc, char** argv) {
   config c;
@@ -91,7 +91,8 @@ config parse(int argc, char** argv) {
       ->check(command_line::one_of({"pingpong", "call_lat", "interleaved", "call_rate", "bulk", "read"}));
   app.add_option("--size", c.size, "bytes of each request and reply, or of each bulk payload and read (default 8)")
       ->transform(command_line::size(1, 1u << 24));
-  app.add_option("--iters", c.iters, "round trips (latency), or bulk calls and reads (default 5000)")
+  app.add_option("--iters", c.iters,
+                 "round trips (latency; interleaved: of each kind), or bulk calls and reads (default 5000)")
       ->transform(command_line::count(10, 10'000'000));
   app.add_option("--connections", c.connections, "pairs of endpoints for call_rate (default 8)")
       ->transform(command_line::count(1, 64));
@@ -103,7 +104,8 @@ config parse(int argc, char** argv) {
       ->check(command_line::one_of({"spin", "events"}));
   app.add_option("--loops", c.loops,
                  "1: one loop on one thread carries the client's and the server's endpoints (default for bulk and "
-                 "read); 2: the server's loop runs on a second thread (default for pingpong, call_lat, interleaved and call_rate)")
+                 "read); 2: the server's loop runs on a second thread (default for pingpong, call_lat, interleaved "
+                 "and call_rate)")
       ->transform(command_line::count(1, 2));
   app.add_flag("--json", c.json, "print one JSON object of the figures instead of a line of text");
   bench::parse(app, argc, argv);

@@ -341,7 +341,7 @@ std::size_t cq_impl::drain(completion_mode mode, std::size_t limit, bool timed) 
   // is polled again, and when the turn ends: one list per queue pair for the handlers of one polled batch
   // (dispatch_turn.hpp). The poll that follows the posting finds what completed meanwhile in this turn.
   dispatch_turn::end_all();  // a nested turn: what the handler around it initiated goes first
-  dispatch_turn turn(mode == completion_mode::invoke ? &typed_executor_->context() : nullptr);
+  dispatch_turn turn(mode == completion_mode::invoke && typed_executor_ ? &typed_executor_->context() : nullptr);
   // The turn's time is read after its third completion (a lone operation's turn never reads the clock:
   // microseconds in an emulated guest) and checked after every fourth (completion_queue_options::turn_quota);
   // a bound of 4 or less ends the turn before any check could.

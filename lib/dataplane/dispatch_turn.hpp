@@ -35,7 +35,7 @@ public:
   /// Whether this thread runs a turn in place inside the io_context `loop` (non-null): then it is inside that
   /// context's run(), and a handler of the context may be called directly. One thread-local read, where Asio's
   /// running_in_this_thread() costs a call of the default TLS model and a walk of its call stack.
-  static bool in_place_on(const void* loop) noexcept { return running_ && running_->loop_ == loop; }
+  static bool in_place_on(const void* loop) noexcept { return loop && running_ && running_->loop_ == loop; }
   /// Posts the lists of every turn running on this thread (a nested turn is about to poll: what a handler
   /// initiated before polling in place must reach the device first).
   static void end_all() noexcept {
