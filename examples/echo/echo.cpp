@@ -68,7 +68,8 @@ constexpr const char* usage_text =
     "           message the clients keep in flight (a smaller D is refused), and 256 with --listen (clients\n"
     "           whose messages find no receive posted are retried by their queue pairs: receiver not ready).\n"
     "Every wait on the peer is bounded: a client gives up a server silent for 20 s, a server gives up a\n"
-    "client silent for 20 s, and a disconnect waits 20 s at most for its answer. The device's events are\n"
+    "client silent for 20 s, and a disconnect waits 20 s at most for its answer (1 s once the port is\n"
+    "down: no answer can come). The device's events are\n"
     "read (coverbs::device_events): a port going down ends the connections on it at once, reported as\n"
     "the port's error (errc::port_error), and the server goes on serving.\n"
     "--metrics-port N (any role): serve coverbs' metrics at http://127.0.0.1:N/metrics (Prometheus text; read\n"
@@ -162,6 +163,7 @@ struct srq_peer {
   cv::error_code why;       ///< connection::error() when its closing began (connection_reset: the client left)
   clock::time_point heard;  ///< when it was admitted or its last message arrived
   clock::time_point closing_since;
+  std::chrono::milliseconds closing_limit{};  ///< how long its disconnect may wait (example::disconnect_limit)
 };
 
 /// What the connections of an SRQ server share besides the protection domain and the completion queue.
@@ -399,7 +401,7 @@ awaitable<void> serve_srq(echo_server& s) {
       for (auto it = sh.peers.begin(); it != sh.peers.end();) {
         srq_peer& peer = it->second;
         const std::uint32_t qp_num = it->first;
-        if (peer.closing && now - peer.closing_since > example::peer_timeout) {
+        if (peer.closing && now - peer.closing_since > peer.closing_limit) {
           // Its disconnect got no answer (the client or the port is gone): destroying the connection ends it.
           srq_peer gone = std::move(sh.peers.extract(it++).mapped());
           record_end(s.counters, gone.peer, gone.messages, gone.bytes, gone.why, gone.end);
@@ -420,8 +422,10 @@ awaitable<void> serve_srq(echo_server& s) {
         peer.closing_since = now;
         peer.why = peer.conn.error();
         peer.end = example::cause(peer.end, peer.conn);
+        peer.closing_limit = example::disconnect_limit(peer.conn, peer.end);
         // Completes at once (posted) when the client closed first, else once the client answers; a client
-        // that does not within peer_timeout is dropped above. The other connections are served meanwhile.
+        // that does not within closing_limit (peer_timeout; 1 s after its port went down) is dropped above.
+        // The other connections are served meanwhile.
         peer.conn.async_disconnect(report_to(sh.events, tag.closed(), qp_num));
       }
       if (s.limit != 0 && s.counters.ended == s.limit) break;
