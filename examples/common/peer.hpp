@@ -52,41 +52,6 @@ inline constexpr std::chrono::seconds peer_timeout{20};
 /// "20 s", for messages.
 inline std::string seconds_text(std::chrono::seconds s) { return std::to_string(s.count()) + " s"; }
 
-/// How long a disconnect of `conn` waits for rdma_cm's answer: `limit`, or 1 s at most when the connection
-/// ended by its port going down (its queue pair failed with `errc::port_error`, or `end` says so): a port that
-/// is down carries no answer, and the kernel's connection manager then holds the destruction of the connection
-/// for its own timeout too (10 s and more on rxe), so a full `limit` on top could outlast what a user waits.
-inline std::chrono::milliseconds disconnect_limit(const coverbs::connection& conn, const error_code& end = {},
-                                                  std::chrono::milliseconds limit = peer_timeout) {
-  if (end == coverbs::errc::port_error || conn.qp().error() == coverbs::errc::port_error)
-    return std::min<std::chrono::milliseconds>(limit, std::chrono::seconds(1));
-  return limit;
-}
-
-/// Disconnects `conn` (connection::async_disconnect: its queue pair goes to the error state at once, so its
-/// operations flush) and waits at most `limit` for rdma_cm to report the connection closed, which takes the
-/// peer's answer, or rdma_cm's retries when the peer or the port is gone (1 s at most after the port went
-/// down: disconnect_limit).
-/// @returns the disconnect's error, or `std::errc::timed_out` past `limit` (the disconnect then stays
-/// pending; destroying the connection ends it). Needs a non-empty connection.
-inline asio::awaitable<error_code> disconnect_within(coverbs::connection& conn,
-                                                     std::chrono::milliseconds limit = peer_timeout) {
-  limit = disconnect_limit(conn, {}, limit);
-  struct state {
-    explicit state(const asio::any_io_executor& ex) : done(ex) {}
-    asio::steady_timer done;
-    std::optional<error_code> ec;
-  };
-  const auto s = std::make_shared<state>(conn.get_executor());
-  s->done.expires_after(limit);
-  conn.async_disconnect([s](error_code ec) {
-    s->ec = ec;
-    s->done.cancel();
-  });
-  co_await s->done.async_wait(tuple);
-  co_return s->ec ? *s->ec : error_code(std::make_error_code(std::errc::timed_out));
-}
-
 /// What ended an operation on `conn` that completed with `ec`, for the report: the queue pair's own error
 /// when a device event moved it to the error state (`errc::port_error`, `device_fatal`, `qp_fatal`, ...: the
 /// flushed operation's `wr_flush_err` is only the consequence); `errc::port_error` when the connection's port
@@ -113,6 +78,43 @@ inline error_code cause(const error_code& ec, const coverbs::connection& conn) {
     }
   }
   return ec;
+}
+
+/// How long a disconnect of `conn` waits for rdma_cm's answer: `limit`, or 1 s at most when the connection
+/// ended by its port going down (`end` says so, or its queue pair failed and `cause` finds the port's error:
+/// the port's event may not have been read yet, the port's state is asked then): a port that is down carries
+/// no answer, and the kernel's connection manager then holds the destruction of the connection for its own
+/// timeout too (10 s and more on rxe), so a full `limit` on top could outlast what a user waits.
+inline std::chrono::milliseconds disconnect_limit(const coverbs::connection& conn, const error_code& end = {},
+                                                  std::chrono::milliseconds limit = peer_timeout) {
+  const error_code qp = conn.qp().error();
+  if (end == coverbs::errc::port_error || (qp && cause(qp, conn) == coverbs::errc::port_error))
+    return std::min<std::chrono::milliseconds>(limit, std::chrono::seconds(1));
+  return limit;
+}
+
+/// Disconnects `conn` (connection::async_disconnect: its queue pair goes to the error state at once, so its
+/// operations flush) and waits at most `limit` for rdma_cm to report the connection closed, which takes the
+/// peer's answer, or rdma_cm's retries when the peer or the port is gone (1 s at most after the port went
+/// down: disconnect_limit).
+/// @returns the disconnect's error, or `std::errc::timed_out` past `limit` (the disconnect then stays
+/// pending; destroying the connection ends it). Needs a non-empty connection.
+inline asio::awaitable<error_code> disconnect_within(coverbs::connection& conn,
+                                                     std::chrono::milliseconds limit = peer_timeout) {
+  limit = disconnect_limit(conn, {}, limit);
+  struct state {
+    explicit state(const asio::any_io_executor& ex) : done(ex) {}
+    asio::steady_timer done;
+    std::optional<error_code> ec;
+  };
+  const auto s = std::make_shared<state>(conn.get_executor());
+  s->done.expires_after(limit);
+  conn.async_disconnect([s](error_code ec) {
+    s->ec = ec;
+    s->done.cancel();
+  });
+  co_await s->done.async_wait(tuple);
+  co_return s->ec ? *s->ec : error_code(std::make_error_code(std::errc::timed_out));
 }
 
 /// The asynchronous events (coverbs::device_events) of the devices this program's listener and connections
