@@ -1,6 +1,5 @@
 #include "messaging/endpoint_impl.hpp"
 #include "messaging/header_codec.hpp"
-#include "messaging/node_cache.hpp"
 
 #include "core/metrics.hpp"
 #include "core/work_phrase.hpp"
@@ -9,7 +8,6 @@
 
 #include <coverbs/protection_domain.hpp>
 
-#include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/post.hpp>
@@ -110,6 +108,32 @@ endpoint_impl::endpoint_impl(protection_domain& pd, queue_pair& qp, const messag
   for (std::uint32_t s = options.send_slots; s-- > 0;)
     free_send_.push_back(s);
   in_flight_.assign(options.send_slots, nullptr);
+  queue_pair_impl* const q = impl_of(qp);
+  const auto node_of = [&](slot_node& n, std::uint32_t slot, std::byte* at, std::uint32_t lkey) {
+    n.complete = &complete_node;
+    n.qp = q;
+    n.endpoint = this;
+    n.slot = slot;
+    n.sge = {reinterpret_cast<std::uintptr_t>(at), static_cast<std::uint32_t>(stride_), lkey};
+  };
+  recv_nodes_.reset(new slot_node[recv_count_]);
+  for (std::uint32_t s = 0; s < recv_count_; ++s) {
+    slot_node& n = recv_nodes_[s];
+    node_of(n, s, recv_slot(s), recv_lkey_);
+    n.is_recv = true;
+    n.wr.recv.wr_id = reinterpret_cast<std::uintptr_t>(&n);
+    n.wr.recv.sg_list = &n.sge;
+    n.wr.recv.num_sge = 1;
+  }
+  send_nodes_.reset(new slot_node[options.send_slots]);
+  for (std::uint32_t s = 0; s < options.send_slots; ++s) {
+    slot_node& n = send_nodes_[s];
+    node_of(n, s, send_slot(s), send_lkey_);
+    n.wr.send.wr_id = reinterpret_cast<std::uintptr_t>(&n);
+    n.wr.send.sg_list = &n.sge;
+    n.wr.send.num_sge = 1;
+    n.wr.send.opcode = IBV_WR_SEND;
+  }
 }
 
 endpoint_impl::~endpoint_impl() { on_context_shutdown(); }
@@ -121,12 +145,69 @@ void endpoint_impl::start() {
   schedule_credit_check();  // the first credit message grants the peer recv_slots
 }
 
-void endpoint_impl::post_receive(std::uint32_t slot, std::shared_ptr<endpoint_impl> self) noexcept {
-  qp_->async_recv(registered_span{{recv_slot(slot), stride_}, recv_lkey_},
-                  boost::asio::bind_allocator(node_cache_allocator<void>(), [self = std::move(self), slot](
-                                                                                error_code ec, received r) {
-                    self->on_receive(self, slot, ec, r.bytes);
-                  }));
+void endpoint_impl::start_node(slot_node& n) noexcept {
+  n.state = node_state::waiting_credit;
+  n.cancelled = false;
+  n.pending = 0;
+  n.first_error = {};
+  n.next = nullptr;
+  // A send's link to the list it was last posted in (post_list): a request posted alone carries none.
+  if (!n.is_recv) n.wr.send.next = nullptr;
+  if (posted_++ == 0) posted_self_ = shared_from_this();
+  n.qp->start(&n);
+}
+
+void endpoint_impl::post_receive(std::uint32_t slot) noexcept {
+  slot_node& n = recv_nodes_[slot];
+  n.sge.lkey = recv_lkey_;
+  start_node(n);
+}
+
+struct endpoint_impl::node_completion {
+  std::shared_ptr<endpoint_impl> self;  // null once run or moved from
+  slot_node* node;
+  error_code ec;
+  std::size_t bytes;
+
+  node_completion(std::shared_ptr<endpoint_impl> s, slot_node* n, const error_code& e, std::size_t b) noexcept
+      : self(std::move(s)), node(n), ec(e), bytes(b) {}
+  node_completion(node_completion&&) noexcept = default;
+  node_completion& operator=(node_completion&&) = delete;
+  ~node_completion() {
+    if (self) self->drop_hold();
+  }
+  void operator()() {
+    const std::shared_ptr<endpoint_impl> e = std::move(self);
+    e->on_node(*node, ec, bytes);
+  }
+};
+
+void endpoint_impl::complete_node(wr_node* node, const error_code& ec, const ibv_wc* wc, completion_mode mode) {
+  auto& n = static_cast<slot_node&>(*node);
+  endpoint_impl& e = *n.endpoint;
+  const std::size_t bytes = wc ? wc->byte_len : 0;
+  if (mode == completion_mode::invoke) return e.on_node(n, ec, bytes);
+  // Not in the endpoint's loop (a queue pair's destructor, a failure before posting, another thread's turn):
+  // there, with a reference (the node's hold lasts until on_node, so the state lives to take one).
+  node_completion run(e.shared_from_this(), &n, ec, bytes);
+  if (mode == completion_mode::post)
+    boost::asio::post(e.ex_, std::move(run));
+  else
+    boost::asio::dispatch(e.ex_, std::move(run));
+}
+
+void endpoint_impl::drop_hold() noexcept {
+  const std::shared_ptr<endpoint_impl> last = --posted_ == 0 ? std::move(posted_self_) : nullptr;
+}
+
+void endpoint_impl::on_node(slot_node& n, error_code ec, std::size_t bytes) noexcept {
+  if (n.is_recv)
+    on_receive(n.slot, ec, bytes);
+  else
+    on_send(n.slot, ec);
+  // The node's hold ends after its completion ran: a handler called in place may drop the endpoint and poll in
+  // place, where the other nodes' flushed completions end their holds; this one keeps the state alive to here.
+  drop_hold();
 }
 
 message_op* endpoint_impl::take_waiter(message_op_kind kind) noexcept {
@@ -144,8 +225,7 @@ error_code endpoint_impl::cause_of(error_code status) const noexcept {
   return cause;
 }
 
-void endpoint_impl::on_receive(const std::shared_ptr<endpoint_impl>& self, std::uint32_t slot, error_code ec,
-                               std::size_t bytes) noexcept {
+void endpoint_impl::on_receive(std::uint32_t slot, error_code ec, std::size_t bytes) noexcept {
   if (ec) {
     if (!healthy()) return;
     const error_code cause = cause_of(ec);
@@ -173,7 +253,7 @@ void endpoint_impl::on_receive(const std::shared_ptr<endpoint_impl>& self, std::
                 "protocol violation: " + ledger_.returned(h.data_credits, h.control_credits));
   if (control) {
     ++stats_.credit_updates_received;
-    post_receive(slot, self);
+    post_receive(slot);
     ledger_.reposted(true);
     tally(metric::receives_reposted);
     pump();
@@ -197,7 +277,7 @@ void endpoint_impl::on_receive(const std::shared_ptr<endpoint_impl>& self, std::
     } else if (e && e->late > 0 && generation != 0 && e->generation - generation < 0x8000'0000u) {
       --e->late;  // a reply to a cancelled call (this generation of the entry or an earlier one)
       ++stats_.replies_dropped;
-      release(slot, self);
+      release(slot);
     } else {
       return fail(make_error_code(errc::protocol_violation), "protocol violation: a reply for correlation id " +
                                                                  std::to_string(h.correlation_id) +
@@ -222,9 +302,9 @@ void endpoint_impl::on_receive(const std::shared_ptr<endpoint_impl>& self, std::
   }
   pump();
   schedule_credit_check();
-  // A copy of `self`, not `self` moved: the receive's reference keeps this state (and `ex_`) alive until the
-  // handler returned, even when the message it got was the last other one.
-  if (op) op->complete({}, view(p, self), p.id, ex_, true);
+  // This receive's node holds the state (posted_self_) until on_node returns: it (and `ex_`) lives while the
+  // handler runs, even when the message the handler got was the last other reference.
+  if (op) op->complete({}, view(p), p.id, ex_, true);
 }
 
 void endpoint_impl::on_send(std::uint32_t slot, error_code ec) noexcept {
@@ -256,11 +336,12 @@ void endpoint_impl::post_message(std::uint32_t slot, message_type type, std::uin
   encode_header_inline(h, p);
   if (h.length) op->copy_payload(p + message_header::size);
   in_flight_[slot] = op && op->kind == message_op_kind::send ? op : nullptr;
-  qp_->async_send(registered_span{{p, message_header::size + h.length}, send_lkey_},
-                  boost::asio::bind_allocator(node_cache_allocator<void>(), [self = shared_from_this(), slot](
-                                                                                error_code ec, std::size_t) {
-                    self->on_send(slot, ec);
-                  }));
+  slot_node& n = send_nodes_[slot];
+  const auto bytes = static_cast<std::uint32_t>(message_header::size + h.length);
+  n.sge.length = bytes;
+  n.sge.lkey = send_lkey_;
+  n.wr.send.send_flags = IBV_SEND_SIGNALED | (bytes <= n.qp->max_inline_ ? IBV_SEND_INLINE : 0);
+  start_node(n);
 }
 
 std::uint32_t endpoint_impl::add_call(message_op* op) {
@@ -414,10 +495,9 @@ void endpoint_impl::cancel(message_op* op) noexcept {
   op->complete(make_error_code(boost::asio::error::operation_aborted), {}, 0, ex_, false);
 }
 
-void endpoint_impl::release(std::uint32_t slot, std::shared_ptr<endpoint_impl> self) noexcept {
+void endpoint_impl::release(std::uint32_t slot) noexcept {
   if (!healthy()) return;
-  // The posted receive holds `self` from here: this state lives on while the rest runs.
-  post_receive(slot, std::move(self));
+  post_receive(slot);
   ledger_.reposted(false);
   tally(metric::receives_reposted);
   schedule_credit_check();

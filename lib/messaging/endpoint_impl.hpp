@@ -7,6 +7,7 @@
 
 #include <coverbs/detail/credit_ledger.hpp>
 #include <coverbs/detail/message_ops.hpp>
+#include <coverbs/detail/wr_node.hpp>
 #include <coverbs/memory_region.hpp>
 #include <coverbs/message_endpoint.hpp>
 
@@ -51,9 +52,13 @@ public:
   void start_sending() noexcept;
   void cancel(message_op* op) noexcept;
   /// Posts a receive slot again (on the endpoint's executor; messages call release_slot, from any thread).
-  void release(std::uint32_t slot) noexcept { release(slot, shared_from_this()); }
-  /// The same, `self` (a reference to this state, which the message held) moving into the posted receive.
-  void release(std::uint32_t slot, std::shared_ptr<endpoint_impl> self) noexcept;
+  void release(std::uint32_t slot) noexcept;
+  /// The same, `self` being the message's reference to this state, dropped once the receive is posted (which
+  /// keeps the state alive from there: posted_self_).
+  void release(std::uint32_t slot, std::shared_ptr<endpoint_impl> self) noexcept {
+    release(slot);
+    self.reset();
+  }
   /// Fails the endpoint (or closes it: `operation_aborted`, then `errc::endpoint_closed` for later ones).
   void fail(error_code ec, std::string why) noexcept;
   /// `deregister`: also drop the slots' registrations (message_endpoint::close); else only fail (shutdown).
@@ -90,6 +95,13 @@ private:
     std::uint32_t late = 0;
     enum class state : std::uint8_t { free, awaiting } st = state::free;
   };
+  // The work request of one receive slot or send slot, the endpoint's own: made once, reposted with its slot
+  // (no allocation, no handler, no reference per message). Its completion reaches on_node; while any is posted,
+  // posted_self_ keeps this state (and the node) alive.
+  struct slot_node final : wr_node {
+    endpoint_impl* endpoint = nullptr;
+    std::uint32_t slot = 0;
+  };
   // A message received with no operation waiting for it (no shared_ptr: the queue is the endpoint's own).
   struct parked {
     std::uint32_t slot;
@@ -99,18 +111,26 @@ private:
 
   std::byte* recv_slot(std::uint32_t slot) const noexcept { return recv_mem_.get() + slot * stride_; }
   std::byte* send_slot(std::uint32_t slot) const noexcept { return send_mem_.get() + slot * stride_; }
-  inbound_message view(const parked& p) { return view(p, shared_from_this()); }
-  inbound_message view(const parked& p, std::shared_ptr<endpoint_impl> self) noexcept {
-    return inbound_message(std::move(self), p.slot, {recv_slot(p.slot) + message_header::size, p.length});
+  inbound_message view(const parked& p) {
+    return inbound_message(shared_from_this(), p.slot, {recv_slot(p.slot) + message_header::size, p.length});
   }
   bool healthy() const noexcept { return !error_ && !context_gone(); }
 
-  void post_receive(std::uint32_t slot) noexcept { post_receive(slot, shared_from_this()); }
-  /// `self`: the reference the receive's handler holds (moved: a reposted slot reuses the one it came with).
-  void post_receive(std::uint32_t slot, std::shared_ptr<endpoint_impl> self) noexcept;
-  /// `self`: the completed receive's reference, which keeps this state alive while it runs.
-  void on_receive(const std::shared_ptr<endpoint_impl>& self, std::uint32_t slot, error_code ec,
-                  std::size_t bytes) noexcept;
+  /// Resets `n` for its next post and hands it to the queue pair (queue_pair_impl::start: posted, or held in the
+  /// dispatch turn's list, or waiting for a credit; in the error state flushed, its completion posted).
+  void start_node(slot_node& n) noexcept;
+  void post_receive(std::uint32_t slot) noexcept;
+  /// A slot node's wr_node::complete: calls on_node directly when the dispatch turn runs on this thread inside
+  /// the endpoint's io_context (completion_mode::invoke), else posts or dispatches it there with a reference.
+  static void complete_node(wr_node* node, const error_code& ec, const ibv_wc* wc, completion_mode mode);
+  /// A slot node's completion, on the endpoint's executor: the node's hold on this state ends when it returns.
+  void on_node(slot_node& n, error_code ec, std::size_t bytes) noexcept;
+  /// A slot node's completion posted to the endpoint's executor; destroyed unrun (its io_context shut down),
+  /// it ends the node's hold all the same.
+  struct node_completion;
+  /// Ends one node's hold (posted_self_ goes with the last one).
+  void drop_hold() noexcept;
+  void on_receive(std::uint32_t slot, error_code ec, std::size_t bytes) noexcept;
   void on_send(std::uint32_t slot, error_code ec) noexcept;
   /// A failed work completion's error as the endpoint reports it: a flush (`wc_errc::wr_flush_err`) is only the
   /// consequence of what moved the queue pair to the error state, so it becomes the queue pair's `error()` when
@@ -151,6 +171,9 @@ private:
   std::unique_ptr<std::byte, free_deleter> recv_mem_, send_mem_;
   memory_region recv_mr_, send_mr_;
   std::uint32_t recv_lkey_ = 0, send_lkey_ = 0;  // the regions' (0 once deregistered: nothing is posted then)
+  std::unique_ptr<slot_node[]> recv_nodes_, send_nodes_;  // one per receive slot, one per send slot
+  std::uint32_t posted_ = 0;                              // slot nodes handed to the queue pair, not completed
+  std::shared_ptr<endpoint_impl> posted_self_;            // this state, while posted_ > 0
   credit_ledger ledger_;
   bool holding_;  // constructed with hold_sends and start_sending() not called yet: nothing is posted
   std::vector<std::uint32_t> free_send_;
