@@ -7,8 +7,8 @@
 //        with why not (text).
 //   get: a call 'G' + key; the answer is the descriptor of a window over the value leased to this client alone
 //        (bound through its session's queue pair, remote_read), or nothing when the key is not stored.
-// A put over a stored key evicts the old value first: every client's window over it is invalidated, and the put is
-// answered once those keys are dead. A client reading with an old key gets rem_access_err (its queue pair is then
+// A put over a stored key stores the new value, then evicts the old one: every client's window over it is
+// invalidated, and the put is answered once those keys are dead. A client reading with an old key gets rem_access_err (its queue pair is then
 // in the error state): it connects again and gets the key anew.
 #include "common/prelude.hpp"
 
