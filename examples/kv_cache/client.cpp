@@ -23,9 +23,11 @@ struct link {
                                               asio::buffer(request), asio::use_awaitable);
     if (reply.size() != 0) throw failure("put " + key + ": " + std::string(reply.str()));
   }
-  asio::awaitable<cv::remote_key> get(const std::string& key) {  // the key of this client's window over the value
+  // The key of this client's window over the value; an empty one (length 0) when the key is not stored.
+  asio::awaitable<cv::remote_key> get(const std::string& key) {
     const std::string request = 'G' + key;
     auto reply = co_await s.endpoint().async_call(asio::buffer(request), asio::use_awaitable);
+    if (reply.size() == 0) co_return cv::remote_key{};
     co_return cv::parse_bulk_request(reply.bytes()).descriptor.key;
   }
   asio::awaitable<std::pair<cv::error_code, std::vector<std::byte>>> read(cv::remote_key key) {
@@ -45,6 +47,7 @@ asio::awaitable<void> run_client(std::string host, std::uint16_t port, unsigned 
   const std::string key = "key-" + std::to_string(id);
   const auto first = value_of(id, 1, size), second = value_of(id, 2, size);
   auto l = co_await connect(host, port, size);
+  if ((co_await l->get(key)).length != 0) throw failure(key + ": a value before any put");
   co_await l->put(key, first);
   const cv::remote_key old = co_await l->get(key);
   if (co_await l->read(old) != std::pair(cv::error_code(), first)) throw failure(key + ": not the value put");
